@@ -1,0 +1,33 @@
+# toksel: `make repro` runs the pipeline, `make test` runs the tests. Both create .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DVC_NO_ANALYTICS := 1
+# DVC stages call `python`: make it the project's.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+UI_PORT ?= 5000
+
+.PHONY: install repro test lint ui
+
+install: $(STAMP)
+
+# Reinstall when the dependency pins change.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+repro: $(STAMP)
+	$(BIN)/dvc repro
+
+test: $(STAMP)
+	$(BIN)/ruff check src pipelines tests
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src pipelines tests
+
+# The MLflow UI on the embedded store (http://127.0.0.1:$(UI_PORT)).
+ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(UI_PORT)

@@ -1,0 +1,70 @@
+"""Stage `evaluate`: figures, the theory checks against their thresholds, and a Markdown summary."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from toksel.checks import summary_markdown, theory_checks
+from toksel.cli import run_stage
+from toksel.config import Config
+from toksel.data.token_table import read_token_table
+from toksel.io import read_json, read_npz, require_output, write_csv, write_text
+from toksel.paths import processed_dir, results_dir
+from toksel.plots import gradient_flow_figure, one_step_figure, save_figure, token_scores_figure
+from toksel.tracking import StageRun
+
+SECTIONS = ("data", "one_step", "evaluate")
+
+
+def _metrics(stage: str, dataset: str) -> dict:
+    return read_json(require_output(results_dir(stage, dataset) / "metrics.json", producer=stage))
+
+
+def evaluate(config: Config, run: StageRun) -> None:
+    dataset = config.data.name
+    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
+    trajectory = read_npz(results_dir("gradient_flow", dataset) / "trajectory.npz", producer="gradient_flow")
+    history = pd.read_csv(require_output(results_dir("gradient_flow", dataset) / "history.csv", "gradient_flow"))
+    one_step, gradient_flow = _metrics("one_step", dataset), _metrics("gradient_flow", dataset)
+
+    E0, E1, v, p_final = embeddings["E0"], embeddings["E1"], embeddings["v"], trajectory["p"][-1]
+    scores = tokens[["token", "token_type", "alpha", "posterior_difference"]].assign(
+        update_v=(E1 - E0) @ v, score_v=E1 @ v, score_p=E1 @ p_final)
+    occurring = scores[np.isfinite(scores["posterior_difference"])]
+
+    out = results_dir("evaluate", dataset)
+    write_csv(out / "token_scores.csv", occurring)
+    figures = {
+        "token_scores.png": token_scores_figure(occurring, f"{dataset}: E1 after one step, p after gradient flow"),
+        "one_step.png": one_step_figure(occurring["alpha"].to_numpy(), occurring["update_v"].to_numpy(),
+                                        occurring["token_type"].to_numpy(), config.one_step.eta0,
+                                        one_step["slope"]),
+        "gradient_flow.png": gradient_flow_figure(history, gradient_flow.get("max_margin_norm") or float("nan")),
+    }
+    for name, figure in figures.items():
+        save_figure(figure, out / name)
+        run.log_artifact(out / name, "figures")
+
+    checks = theory_checks(one_step, gradient_flow, config.evaluate)
+    summary = summary_markdown(checks, f"toksel theory checks: {dataset}", list(figures))
+    write_text(out / "summary.md", summary)
+    run.log_artifact(out / "summary.md")
+    metrics: dict[str, float | None] = {}
+    for check in checks:
+        metrics.update(check.as_metrics())
+    metrics["checks_held"] = float(sum(check.holds for check in checks))
+    metrics["checks_total"] = float(len(checks))
+    run.record_metrics(out / "metrics.json", metrics)
+    print(summary.split("\n\n![")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("evaluate", SECTIONS, evaluate, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

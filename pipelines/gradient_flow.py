@@ -1,0 +1,56 @@
+"""Stage `gradient_flow`: E frozen at E1, full-batch GD on p; selection and max-margin checks along the way."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+import torch
+
+from toksel.cli import run_stage, show_progress
+from toksel.config import Config
+from toksel.data.corpus import PackedSplit
+from toksel.data.token_table import read_token_table
+from toksel.io import read_npz, write_csv, write_npz
+from toksel.models.one_layer import Bags
+from toksel.paths import processed_dir, results_dir
+from toksel.theory.convergence import analyse_trajectory
+from toksel.tracking import StageRun
+from toksel.training.gradient_flow import run_gradient_flow
+
+SECTIONS = ("gradient_flow",)
+
+
+def gradient_flow(config: Config, run: StageRun) -> None:
+    settings = config.gradient_flow
+    data = processed_dir(config.data.name)
+    train = PackedSplit.load(data / "train.npz")
+    important = read_token_table(data / "tokens.csv")["important"].to_numpy(dtype=bool)
+    embeddings = read_npz(results_dir("one_step", config.data.name) / "embeddings.npz", producer="one_step")
+    E1, p0, v = (torch.from_numpy(embeddings[name]) for name in ("E1", "p0", "v"))
+
+    trajectory = run_gradient_flow(E1, p0, v, Bags.from_split(train), steps=settings.steps, lr=settings.lr,
+                                   normalized=settings.normalized, log_every=settings.log_every,
+                                   progress=show_progress())
+    report = analyse_trajectory(trajectory, E1.numpy(), train, important, settings.selection_tol)
+    if not report.max_margin.solved:
+        print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "
+              f"({report.n_constraints} constraints); cos_max_margin and normalized_margin are null",
+              file=sys.stderr)
+    run.set_tag("max_margin_status", report.max_margin.status)
+
+    out = results_dir("gradient_flow", config.data.name)
+    p_mm = report.max_margin.direction if report.max_margin.solved else np.full_like(trajectory.p[-1], np.nan)
+    write_npz(out / "trajectory.npz", steps=trajectory.steps, p=trajectory.p, p_max_margin=p_mm)
+    write_csv(out / "history.csv", pd.DataFrame(report.history))
+    run.log_history(trajectory.steps, {name: values for name, values in report.history.items() if name != "step"})
+    run.record_metrics(out / "metrics.json", report.final_metrics())
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("gradient_flow", SECTIONS, gradient_flow, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Theory checks: a measured number, a stated threshold, and whether the claim holds on this run."""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+from toksel.config import EvaluateConfig
+
+COMPARISONS = {">=": operator.ge, "<=": operator.le}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # stable metric name
+    claim: str  # what the paper says, in words
+    value: float | None  # None when the producing stage could not compute it
+    comparison: str  # ">=" or "<="
+    threshold: float
+
+    @property
+    def holds(self) -> bool:
+        return self.value is not None and math.isfinite(self.value) and COMPARISONS[self.comparison](
+            self.value, self.threshold)
+
+    def as_metrics(self) -> dict[str, float | None]:
+        return {f"{self.name}": self.value, f"{self.name}_threshold": self.threshold,
+                f"{self.name}_holds": float(self.holds)}
+
+
+def theory_checks(one_step: dict, gradient_flow: dict, thresholds: EvaluateConfig) -> list[Check]:
+    """The checks of Lemma 4.1, Lemma 4.2, Lemma 4.4 and Theorem 4.3 on one dataset's metrics."""
+    return [
+        Check("lemma41_slope_rel_error", "Lemma 4.1: the update along v has slope eta0/2 in alpha_s",
+              one_step.get("slope_rel_error"), "<=", thresholds.max_slope_rel_error),
+        Check("lemma41_pearson_r", "Lemma 4.1: the update along v is linear in alpha_s",
+              one_step.get("pearson_r"), ">=", thresholds.min_pearson_r),
+        Check("lemma42_p_norm_increasing", "Lemma 4.2: the norm of p_t grows (to infinity) under gradient flow",
+              gradient_flow.get("p_norm_increasing_fraction"), ">=", 1.0),
+        Check("lemma44_selection_fraction", "Lemma 4.4: p_t selects the important tokens of every sequence",
+              gradient_flow.get("selection_fraction"), ">=", thresholds.min_selection_fraction),
+        Check("theorem43_cos_max_margin", "Theorem 4.3: the direction of p_t converges to the max-margin direction",
+              gradient_flow.get("cos_max_margin"), ">=", thresholds.min_cos_max_margin),
+    ]
+
+
+def summary_markdown(checks: list[Check], title: str, figures: list[str]) -> str:
+    lines = [f"# {title}", "", "| check | claim | measured | threshold | holds |", "|---|---|---|---|---|"]
+    for check in checks:
+        value = "not computed" if check.value is None else f"{check.value:.6g}"
+        verdict = "yes" if check.holds else "**no**"
+        lines.append(f"| `{check.name}` | {check.claim} | {value} | {check.comparison} {check.threshold:g} "
+                     f"| {verdict} |")
+    held = sum(check.holds for check in checks)
+    lines += ["", f"{held} of {len(checks)} checks hold.", ""]
+    lines += [f"![{name}]({name})" for name in figures]
+    return "\n".join(lines) + "\n"

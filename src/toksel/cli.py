@@ -1,0 +1,43 @@
+"""The shared entry point of every stage: `python -m pipelines.<stage> [key=value ...]`.
+
+Loads and validates the config (before anything is opened or written), runs the stage inside its MLflow
+run, and turns bad input into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+
+from toksel.config import Config, load_config
+from toksel.errors import ToksError
+from toksel.tracking import StageRun, stage_run
+
+StageBody = Callable[[Config, StageRun], None]
+
+
+def show_progress() -> bool:
+    """Progress bars on a terminal, off in CI (CI set) or when TOKSEL_PROGRESS=0."""
+    if os.environ.get("TOKSEL_PROGRESS") is not None:
+        return os.environ["TOKSEL_PROGRESS"] not in ("0", "false", "")
+    return not os.environ.get("CI") and sys.stderr.isatty()
+
+
+def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(f"usage: python -m pipelines.{stage} [key=value ...]   (keys: the {', '.join(sections)} "
+              "sections of params.yaml)")
+        return 0
+    # Known, harmless noise from the stack (toolchain.md): keep the stage output readable.
+    warnings.filterwarnings("ignore", message=".*noload.*")
+    try:
+        config = load_config(argv)
+        with stage_run(stage, config, sections) as run:
+            body(config, run)
+    except ToksError as error:
+        print(f"{stage}: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,145 @@
+"""params.yaml + `key=value` overrides -> one typed, validated config object.
+
+The schema is a tree of dataclasses read through OmegaConf in struct mode, so an unknown key or a value of the
+wrong type is rejected at load. Range limits live next to each field (`bounded`) and are checked after the
+merge; every message names the full key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from toksel.errors import ToksError
+
+
+def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+            choices: Sequence[str] | None = None, help: str = "") -> Any:
+    """A dataclass field with a default, an allowed range or set of choices, and a one-line description."""
+    return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "choices": choices, "help": help})
+
+
+@dataclass
+class BaseConfig:
+    seed: int = bounded(0, ge=0, help="seed of the data generator and of the initialisation")
+
+
+@dataclass
+class SyntheticConfig:
+    mode: str = bounded("assumption1", choices=("assumption1", "independent"),
+                        help="assumption1: one relevant token per sequence; independent: i.i.d. positions")
+    n_positive: int = bounded(10, ge=1, help="size of the positive token set")
+    n_negative: int = bounded(10, ge=1, help="size of the negative token set")
+    n_irrelevant: int = bounded(80, ge=1, help="size of the irrelevant token set")
+    seq_len: int = bounded(12, ge=2, help="T, tokens per sequence")
+    n_train: int = bounded(600, ge=2, help="training sequences (even in assumption1 mode: built in +/- pairs)")
+    n_test: int = bounded(600, ge=2, help="test sequences")
+    delta: float = bounded(0.8, ge=0.0, le=1.0, help="independent mode: probability of an irrelevant token")
+
+
+@dataclass
+class DataConfig:
+    name: str = bounded("synthetic", choices=("synthetic",), help="dataset to prepare")
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class ModelConfig:
+    d: int = bounded(1024, ge=1, help="embedding dimension")
+
+
+@dataclass
+class OneStepConfig:
+    eta0: float = bounded(100.0, gt=0.0, help="step size of the single GD step on E (Lemma 4.1)")
+
+
+@dataclass
+class GradientFlowConfig:
+    steps: int = bounded(20000, ge=1, help="GD steps on p with E frozen")
+    lr: float = bounded(100.0, gt=0.0, help="GD step size (the length of each step if normalized)")
+    normalized: bool = bounded(False, help="normalised GD: p <- p - lr grad / |grad|")
+    log_every: int = bounded(100, ge=1, help="record loss, |p_t| and p_t every this many steps")
+    selection_tol: float = bounded(1e-4, ge=0.0,
+                                   help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
+
+
+@dataclass
+class EvaluateConfig:
+    max_slope_rel_error: float = bounded(0.05, gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
+    min_pearson_r: float = bounded(0.99, ge=-1.0, le=1.0, help="Lemma 4.1: Pearson r at least")
+    min_selection_fraction: float = bounded(1.0, ge=0.0, le=1.0, help="Lemma 4.4: selection fraction at least")
+    min_cos_max_margin: float = bounded(0.99, ge=-1.0, le=1.0, help="Theorem 4.3: cos(p_T, p_mm) at least")
+
+
+@dataclass
+class Config:
+    base: BaseConfig = field(default_factory=BaseConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    one_step: OneStepConfig = field(default_factory=OneStepConfig)
+    gradient_flow: GradientFlowConfig = field(default_factory=GradientFlowConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+
+    def sections(self, names: Iterable[str]) -> dict[str, Any]:
+        """The named sections as a plain nested dict (what a stage logs and hashes)."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in names}
+
+
+def _check_ranges(node: Any, prefix: str = "") -> None:
+    for spec in dataclasses.fields(node):
+        key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
+        if dataclasses.is_dataclass(value):
+            _check_ranges(value, prefix=f"{key}.")
+            continue
+        limits = spec.metadata
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ToksError(f"config error: {key} = {value} must be a finite number")
+        for bound, holds, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                                    ("le", lambda v, b: v <= b, "<=")):
+            if limits.get(bound) is not None and not holds(value, limits[bound]):
+                raise ToksError(f"config error: {key} = {value} is out of range: must be {words} {limits[bound]}")
+        if limits.get("choices") and value not in limits["choices"]:
+            raise ToksError(f"config error: {key} = {value!r} is not one of {', '.join(limits['choices'])}")
+
+
+def _check_consistency(config: Config) -> None:
+    synthetic = config.data.synthetic
+    if synthetic.mode == "assumption1" and (synthetic.n_train % 2 or synthetic.n_test % 2):
+        raise ToksError("config error: data.synthetic.n_train and n_test must be even in assumption1 mode "
+                        "(sequences come in +/- pairs)")
+
+
+def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> Config:
+    """Read `path`, apply `key=value` overrides, validate. Raises ToksError naming the offending key."""
+    path = Path(path)
+    if not path.exists():
+        raise ToksError(f"config error: {path} not found: run from the project root")
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ToksError(f"config error: override {item!r} is not of the form key=value")
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = OmegaConf.merge(schema, OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        if isinstance(error, ConfigKeyError):
+            raise ToksError(f"config error: unknown key {key!r} (check the spelling against params.yaml)") from None
+        raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
+    _check_ranges(config)
+    _check_consistency(config)
+    return config
+
+
+def params_hash(sections: dict[str, Any]) -> str:
+    """A short, stable fingerprint of a stage's resolved parameters."""
+    return hashlib.sha256(json.dumps(sections, sort_keys=True).encode()).hexdigest()[:12]

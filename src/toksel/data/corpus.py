@@ -1,0 +1,80 @@
+"""Packed corpus: each split as a CSR bag-of-tokens plus the ordered token ids.
+
+A sequence X is stored twice: as its bag (distinct token ids with their counts, what the one-layer model
+needs) and as its ordered ids (for models with positions). Both are CSR: row pointers into flat arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from toksel.errors import ToksError
+from toksel.io import read_npz, write_npz
+
+
+@dataclass(frozen=True)
+class PackedSplit:
+    bag_indptr: np.ndarray  # (n + 1,) int64: row pointers into bag_tokens / bag_counts
+    bag_tokens: np.ndarray  # (nnz,) int64: distinct token ids of each sequence
+    bag_counts: np.ndarray  # (nnz,) int64: how often each occurs in its sequence
+    seq_indptr: np.ndarray  # (n + 1,) int64: row pointers into seq_tokens
+    seq_tokens: np.ndarray  # (sum T_k,) int64: token ids in order
+    labels: np.ndarray  # (n,) int64 in {0, ..., K-1}
+    vocab_size: int
+
+    @property
+    def n(self) -> int:
+        return len(self.labels)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.seq_indptr)
+
+    @property
+    def bag_rows(self) -> np.ndarray:
+        """Row index of every stored (sequence, token) entry."""
+        return np.repeat(np.arange(self.n), np.diff(self.bag_indptr))
+
+    @classmethod
+    def from_sequences(cls, sequences: list[np.ndarray], labels: np.ndarray, vocab_size: int) -> PackedSplit:
+        lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+        if len(sequences) == 0 or (lengths == 0).any():
+            raise ToksError("a split is empty or holds an empty sequence: check the data source")
+        seq_indptr = np.concatenate([[0], np.cumsum(lengths)])
+        seq_tokens = np.concatenate(sequences).astype(np.int64)
+        bag_tokens, bag_counts, bag_lengths = [], [], []
+        for s in sequences:
+            tokens, counts = np.unique(s, return_counts=True)
+            bag_tokens.append(tokens)
+            bag_counts.append(counts)
+            bag_lengths.append(len(tokens))
+        return cls(
+            bag_indptr=np.concatenate([[0], np.cumsum(bag_lengths)]).astype(np.int64),
+            bag_tokens=np.concatenate(bag_tokens).astype(np.int64),
+            bag_counts=np.concatenate(bag_counts).astype(np.int64),
+            seq_indptr=seq_indptr.astype(np.int64),
+            seq_tokens=seq_tokens,
+            labels=np.asarray(labels, dtype=np.int64),
+            vocab_size=int(vocab_size),
+        )
+
+    def dense_sequences(self) -> np.ndarray:
+        """(n, T) token ids; only for equal-length splits (the dense reference model)."""
+        lengths = self.lengths
+        if (lengths != lengths[0]).any():
+            raise ValueError("dense_sequences needs sequences of equal length")
+        return self.seq_tokens.reshape(self.n, int(lengths[0]))
+
+    def save(self, path: Path) -> None:
+        arrays = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        write_npz(path, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> PackedSplit:
+        fields = read_npz(path, producer="prepare")
+        fields["vocab_size"] = int(fields["vocab_size"])
+        return cls(**fields)

@@ -1,0 +1,5 @@
+"""The one exception type that means "the user's input is wrong" (exit code 2, one line)."""
+
+
+class ToksError(Exception):
+    """Bad input: a config value, a missing file, an empty split. The message names the problem and the fix."""

@@ -1,0 +1,83 @@
+"""Figures: token scores against the posterior difference, the one-step alignment, gradient-flow curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from toksel.io import atomic_path  # noqa: E402
+from toksel.theory.frequency import TYPE_NAMES  # noqa: E402
+
+TYPE_COLOURS = {-2: "#b2182b", -1: "#ef8a62", 0: "#999999", 1: "#67a9cf", 2: "#2166ac"}
+
+
+def save_figure(figure: plt.Figure, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format=path.suffix.lstrip("."), dpi=120, bbox_inches="tight")
+    plt.close(figure)
+
+
+def _scatter_by_type(axis: plt.Axes, x: np.ndarray, y: np.ndarray, types: np.ndarray) -> None:
+    for code, name in TYPE_NAMES.items():
+        mask = types == code
+        if mask.any():
+            axis.scatter(x[mask], y[mask], s=14, alpha=0.8, color=TYPE_COLOURS[code], label=name)
+
+
+def token_scores_figure(tokens: pd.DataFrame, title: str) -> plt.Figure:
+    """E_s^T v and E_s^T p against the posterior difference P(1|s) - P(0|s), coloured by token type."""
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for axis, column, label in ((axes[0], "score_v", "$E_s^T v$"), (axes[1], "score_p", "$E_s^T p_T$")):
+        _scatter_by_type(axis, tokens["posterior_difference"].to_numpy(), tokens[column].to_numpy(),
+                         tokens["token_type"].to_numpy())
+        axis.set_xlabel("posterior difference $P(1|s) - P(0|s)$")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle(title)
+    return figure
+
+
+def one_step_figure(alpha: np.ndarray, update_v: np.ndarray, types: np.ndarray, eta0: float,
+                    slope: float) -> plt.Figure:
+    """Lemma 4.1: (E1 - E0)_s^T v against alpha_s, with the fitted line and the theory line eta0/2."""
+    figure, axis = plt.subplots(figsize=(6, 4.2))
+    _scatter_by_type(axis, alpha, update_v, types)
+    grid = np.linspace(alpha.min(), alpha.max(), 2)
+    axis.plot(grid, eta0 / 2 * grid, "k--", lw=1, label=f"theory: slope $\\eta_0/2$ = {eta0 / 2:.4g}")
+    axis.plot(grid, slope * grid, "g-", lw=1, alpha=0.7, label=f"fit: slope {slope:.4g}")
+    axis.set_xlabel(r"average signed frequency $\alpha_s$")
+    axis.set_ylabel(r"$(E^1_s - E^0_s)^T v$")
+    axis.set_title("Lemma 4.1: one GD step on E")
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3)
+    return figure
+
+
+def gradient_flow_figure(history: pd.DataFrame, max_margin_norm: float) -> plt.Figure:
+    """|p_t|, cos(p_t, p_mm), selection and normalised margin against t (log axis)."""
+    later = history[history["step"] > 0]
+    step = later["step"].to_numpy()
+    panels = (
+        ("p_norm", r"$\|p_t\|$ (Lemma 4.2)", None),
+        ("cos_max_margin", r"$\cos(p_t, p_{mm})$ (Theorem 4.3)", 1.0),
+        ("selection_fraction", "selection fraction (Lemma 4.4)", 1.0),
+        ("normalized_margin", r"normalised margin", 1 / max_margin_norm if np.isfinite(max_margin_norm) else None),
+    )
+    figure, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    for axis, (column, label, target) in zip(axes, panels, strict=True):
+        axis.plot(step, later[column].to_numpy(), lw=1.5)
+        if target is not None:
+            axis.axhline(target, color="k", ls="--", lw=1, label="limit")
+            axis.legend(fontsize=8)
+        axis.set_xscale("log")
+        axis.set_xlabel("GD step t")
+        axis.set_title(label, fontsize=10)
+        axis.grid(alpha=0.3)
+    return figure

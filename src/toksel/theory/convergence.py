@@ -1,0 +1,63 @@
+"""Theory checks along a gradient-flow trajectory: |p_t|, selection (Lemma 4.4), max-margin (Theorem 4.3).
+
+p_mm is solved for the selection made by the final p_T; the cosine and the normalised margin are then
+computed for every logged p_t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toksel.data.corpus import PackedSplit
+from toksel.theory.max_margin import (
+    MaxMarginSolution,
+    constraint_pairs,
+    cosine,
+    normalized_margin,
+    solve_max_margin,
+)
+from toksel.theory.selection import selected_entries, selection_fraction
+from toksel.training.gradient_flow import Trajectory
+
+
+@dataclass(frozen=True)
+class ConvergenceReport:
+    history: dict[str, np.ndarray]  # step, loss, p_norm, selection_fraction, cos_max_margin, normalized_margin
+    max_margin: MaxMarginSolution
+    n_constraints: int
+
+    def final_metrics(self) -> dict[str, float]:
+        last = {name: float(values[-1]) for name, values in self.history.items() if name != "step"}
+        p_norm, loss = self.history["p_norm"], self.history["loss"]
+        return {
+            **last,
+            "max_margin_norm": self.max_margin.norm,
+            "margin_ratio": last["normalized_margin"] * self.max_margin.norm,
+            "p_norm_increasing_fraction": float(np.mean(np.diff(p_norm) > 0)) if len(p_norm) > 1 else float("nan"),
+            "loss_decreasing_fraction": float(np.mean(np.diff(loss) < 0)) if len(loss) > 1 else float("nan"),
+            "n_constraints": float(self.n_constraints),
+            "steps": float(self.history["step"][-1]),
+        }
+
+
+def analyse_trajectory(
+    trajectory: Trajectory, E: np.ndarray, split: PackedSplit, important: np.ndarray, tol: float
+) -> ConvergenceReport:
+    def selection(p: np.ndarray) -> np.ndarray:
+        return selected_entries(E @ p / np.linalg.norm(p), split, tol)
+
+    pairs = constraint_pairs(selection(trajectory.p[-1]), split)
+    solution = solve_max_margin(E, pairs)
+    nan = np.full(len(trajectory.steps), np.nan)
+    history = {
+        "step": trajectory.steps,
+        "loss": trajectory.loss,
+        "p_norm": trajectory.p_norm,
+        "selection_fraction": np.array([selection_fraction(selection(p), important, split) for p in trajectory.p]),
+        "cos_max_margin": np.array([cosine(p, solution.direction) for p in trajectory.p]) if solution.solved else nan,
+        "normalized_margin": (np.array([normalized_margin(p, solution.differences) for p in trajectory.p])
+                              if len(pairs) else nan),
+    }
+    return ConvergenceReport(history=history, max_margin=solution, n_constraints=len(pairs))

@@ -1,0 +1,85 @@
+"""Token statistics: counts per label, the average signed frequency alpha_s, the posterior difference.
+
+alpha_s = (1/n) sum_k y_k (1/T_k) sum_i 1{x_i^k = s}, with y in {-1, +1} (paper.md section 3). With this
+normalisation one GD step from the Gaussian initialisation moves E_s^T v by eta0 alpha_s / 2 (Lemma 4.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toksel.data.corpus import PackedSplit
+
+# Token types (paper.md section 3): by the sign of alpha_s; "completely" = occurs with one label only.
+COMPLETELY_NEGATIVE, NEGATIVE, IRRELEVANT, POSITIVE, COMPLETELY_POSITIVE = -2, -1, 0, 1, 2
+TYPE_NAMES = {
+    COMPLETELY_NEGATIVE: "completely negative", NEGATIVE: "negative", IRRELEVANT: "irrelevant",
+    POSITIVE: "positive", COMPLETELY_POSITIVE: "completely positive",
+}
+
+
+@dataclass(frozen=True)
+class TokenStatistics:
+    count_positive: np.ndarray  # occurrences in label-1 sequences
+    count_negative: np.ndarray  # occurrences in label-0 sequences
+    alpha: np.ndarray
+    posterior_difference: np.ndarray  # P(1|s) - P(0|s); NaN for tokens that never occur
+    token_type: np.ndarray
+
+    def as_columns(self) -> dict[str, np.ndarray]:
+        return {
+            "count_positive": self.count_positive, "count_negative": self.count_negative, "alpha": self.alpha,
+            "posterior_difference": self.posterior_difference, "token_type": self.token_type,
+        }
+
+
+def average_signed_frequency(split: PackedSplit) -> np.ndarray:
+    """alpha_s, exact: signed counts are summed as integers per sequence length before dividing by T.
+
+    So a token that occurs equally often with both labels (in sequences of equal length) gets exactly 0.
+    """
+    rows = split.bag_rows
+    lengths = split.lengths[rows]
+    signed = (2 * split.labels[rows] - 1) * split.bag_counts
+    # One integer sum per (length, token) pair, then the float division.
+    keys, inverse = np.unique(lengths * split.vocab_size + split.bag_tokens, return_inverse=True)
+    signed_per_key = np.bincount(inverse, weights=signed).round().astype(np.int64)
+    key_length, key_token = np.divmod(keys, split.vocab_size)
+    alpha = np.bincount(key_token, weights=signed_per_key / key_length, minlength=split.vocab_size)
+    return alpha / split.n
+
+
+def label_counts(split: PackedSplit) -> tuple[np.ndarray, np.ndarray]:
+    is_positive = split.labels[split.bag_rows] == 1
+
+    def occurrences(mask: np.ndarray) -> np.ndarray:
+        counts = np.bincount(split.bag_tokens[mask], weights=split.bag_counts[mask], minlength=split.vocab_size)
+        return counts.astype(np.int64)
+
+    return occurrences(is_positive), occurrences(~is_positive)
+
+
+def posterior_difference(count_positive: np.ndarray, count_negative: np.ndarray) -> np.ndarray:
+    """P(1|s) - P(0|s) estimated from token occurrences: (c+ - c-) / (c+ + c-), in [-1, 1]."""
+    total = count_positive + count_negative
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (count_positive - count_negative) / total, np.nan)
+
+
+def token_types(alpha: np.ndarray, count_positive: np.ndarray, count_negative: np.ndarray) -> np.ndarray:
+    types = np.sign(alpha).astype(np.int64)
+    types[(count_positive > 0) & (count_negative == 0)] = COMPLETELY_POSITIVE
+    types[(count_negative > 0) & (count_positive == 0)] = COMPLETELY_NEGATIVE
+    return types
+
+
+def token_statistics(split: PackedSplit) -> TokenStatistics:
+    count_positive, count_negative = label_counts(split)
+    alpha = average_signed_frequency(split)
+    return TokenStatistics(
+        count_positive=count_positive, count_negative=count_negative, alpha=alpha,
+        posterior_difference=posterior_difference(count_positive, count_negative),
+        token_type=token_types(alpha, count_positive, count_negative),
+    )

@@ -1,0 +1,70 @@
+"""Theorem 4.3: the hard-margin direction for a given token selection.
+
+    p_mm = argmin |p|^2  s.t.  p^T (E_s - E_s') >= 1  for all X, s in S_X, s' in X \\ S_X.
+
+Solved with cvxpy and CLARABEL. Each (s, s') pair enters once, however many sequences share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+
+from toksel.data.corpus import PackedSplit
+
+
+@dataclass(frozen=True)
+class MaxMarginSolution:
+    status: str  # cvxpy status: "optimal", "infeasible", ...
+    direction: np.ndarray | None  # p_mm, None unless solved
+    differences: np.ndarray  # (m, d) rows E_s - E_s'
+
+    @property
+    def solved(self) -> bool:
+        return self.direction is not None
+
+    @property
+    def norm(self) -> float:
+        return float(np.linalg.norm(self.direction)) if self.solved else float("nan")
+
+
+def constraint_pairs(selected: np.ndarray, split: PackedSplit) -> np.ndarray:
+    """Unique (s, s') token pairs with s selected and s' not, in the same sequence. Shape (m, 2)."""
+    pairs = []
+    for start, stop in zip(split.bag_indptr[:-1], split.bag_indptr[1:], strict=True):
+        tokens, chosen = split.bag_tokens[start:stop], selected[start:stop]
+        winners, losers = tokens[chosen], tokens[~chosen]
+        if len(winners) and len(losers):
+            pairs.append(np.stack(np.meshgrid(winners, losers, indexing="ij"), axis=-1).reshape(-1, 2))
+    if not pairs:
+        return np.empty((0, 2), dtype=np.int64)
+    return np.unique(np.concatenate(pairs), axis=0)
+
+
+def solve_max_margin(E: np.ndarray, pairs: np.ndarray) -> MaxMarginSolution:
+    differences = E[pairs[:, 0]] - E[pairs[:, 1]]
+    if len(pairs) == 0:
+        return MaxMarginSolution("no constraints", None, differences)
+    # The minimiser lies in the row space of the differences, inside span{E_s}: solve in an orthonormal
+    # basis Q of that span (at most min(|S|, d) coordinates, not d), p = Q z, |p| = |z|.
+    basis = np.linalg.qr(E.T)[0]
+    z = cp.Variable(basis.shape[1])
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(z)), [(differences @ basis) @ z >= 1])
+    try:
+        problem.solve(solver=cp.CLARABEL)
+    except cp.SolverError as error:
+        return MaxMarginSolution(f"solver error: {error}", None, differences)
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        return MaxMarginSolution(problem.status, None, differences)
+    return MaxMarginSolution(problem.status, basis @ z.value, differences)
+
+
+def normalized_margin(p: np.ndarray, differences: np.ndarray) -> float:
+    """min over constraints of p^T (E_s - E_s') / |p|; equals 1 / |p_mm| at the max-margin direction."""
+    return float((differences @ p).min() / np.linalg.norm(p))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))

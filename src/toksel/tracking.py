@@ -1,0 +1,165 @@
+"""MLflow tracking: one run per stage, nested under one parent run per pipeline execution.
+
+DVC starts each stage as its own process, so the stages of one `dvc repro` find their common parent run
+through a pipeline key: $TOKSEL_PIPELINE_ID if set, else the id of the `dvc` process that started them (a
+stage started by hand gets a parent of its own). Stage runs carry the tags stage, dataset, git_sha and
+params_hash, the stage's flattened parameters, its metrics (the same as its metrics.json) and artifacts.
+
+The store is $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project root>/mlflow.db.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from toksel.config import Config, params_hash
+from toksel.io import write_json
+from toksel.paths import project_root
+
+EXPERIMENT = "toksel"
+PIPELINE_KEY_TAG = "toksel.pipeline_key"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+
+
+def experiment_name() -> str:
+    return os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
+
+
+def git_sha() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=project_root()).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha
+
+
+def pipeline_key() -> str:
+    if os.environ.get("TOKSEL_PIPELINE_ID"):
+        return os.environ["TOKSEL_PIPELINE_ID"]
+    process = psutil.Process()
+    for ancestor in process.parents():
+        try:
+            command = " ".join(ancestor.cmdline()[:3])
+        except psutil.Error:
+            continue
+        if Path(ancestor.name()).name == "dvc" or "dvc" in [Path(w).name for w in command.split()]:
+            return f"dvc-{ancestor.pid}-{ancestor.create_time():.0f}"
+    return f"process-{process.pid}-{process.create_time():.0f}"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class StageRun:
+    """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
+
+    def __init__(self, client: Any, run_id: str, parent_id: str) -> None:
+        self.client, self.run_id, self.parent_id = client, run_id, parent_id
+
+    def record_metrics(self, path: Path, metrics: Mapping[str, float]) -> None:
+        """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow."""
+        write_json(path, dict(metrics))
+        self.log_metrics(metrics)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entries = [Metric(name, float(value), now, step) for name, value in metrics.items()
+                   if value is not None and math.isfinite(float(value))]
+        self._log_batch(metrics=entries)
+
+    def log_history(self, steps: np.ndarray, series: Mapping[str, np.ndarray]) -> None:
+        """Per-step curves: one MLflow metric history per name."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entries = [Metric(name, float(value), now, int(step)) for name, values in series.items()
+                   for step, value in zip(steps, values, strict=True) if math.isfinite(float(value))]
+        self._log_batch(metrics=entries)
+
+    def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def set_tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
+
+    def _log_batch(self, metrics: list[Any]) -> None:
+        for start in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+
+def _experiment_id(client: Any) -> str:
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(experiment_name())
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(experiment_name())
+    except MlflowException:  # created meanwhile by a concurrent stage
+        return client.get_experiment_by_name(experiment_name()).experiment_id
+
+
+def _parent_run(client: Any, experiment_id: str, key: str) -> str:
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_KEY_TAG}` = '{key}'",
+                               max_results=1)
+    if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
+        return found[0].info.run_id
+    run = client.create_run(experiment_id, run_name=f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                            tags={PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha()})
+    params = project_root() / "params.yaml"
+    if params.exists():
+        client.log_artifact(run.info.run_id, str(params))
+    return run.info.run_id
+
+
+@contextmanager
+def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator[StageRun]:
+    """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Param
+
+    client = MlflowClient(tracking_uri())
+    experiment_id = _experiment_id(client)
+    parent_id = _parent_run(client, experiment_id, pipeline_key())
+    resolved = config.sections(sections)
+    tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.data.name, "git_sha": git_sha(),
+            "params_hash": params_hash(resolved)}
+    run_id = client.create_run(experiment_id, run_name=stage, tags=tags).info.run_id
+    params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
+    for start in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[start : start + 100])
+    params_file = project_root() / "params.yaml"
+    if params_file.exists():
+        client.log_artifact(run_id, str(params_file))
+    status = "FAILED"
+    try:
+        yield StageRun(client, run_id, parent_id)
+        status = "FINISHED"
+    finally:
+        client.set_terminated(run_id, status)
+        client.set_terminated(parent_id, "FINISHED" if status == "FINISHED" else "FAILED")
