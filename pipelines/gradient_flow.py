@@ -44,8 +44,9 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     p_mm = report.max_margin.direction if report.max_margin.solved else np.full_like(trajectory.p[-1], np.nan)
     write_npz(out / "trajectory.npz", steps=trajectory.steps, p=trajectory.p, p_max_margin=p_mm)
     write_csv(out / "history.csv", pd.DataFrame(report.history))
-    run.log_history(trajectory.steps, {name: values for name, values in report.history.items() if name != "step"})
-    run.record_metrics(out / "metrics.json", report.final_metrics())
+    curves = {name: values for name, values in report.history.items() if name != "step"}
+    run.log_history(trajectory.steps, curves)
+    run.record_metrics(out / "metrics.json", report.final_metrics(), logged=curves)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import math
 import os
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -78,10 +78,13 @@ class StageRun:
     def __init__(self, client: Any, run_id: str, parent_id: str) -> None:
         self.client, self.run_id, self.parent_id = client, run_id, parent_id
 
-    def record_metrics(self, path: Path, metrics: Mapping[str, float]) -> None:
-        """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow."""
+    def record_metrics(self, path: Path, metrics: Mapping[str, float], logged: Iterable[str] = ()) -> None:
+        """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow.
+
+        Names in `logged` already ended their MLflow history (log_history) on these final values.
+        """
         write_json(path, dict(metrics))
-        self.log_metrics(metrics)
+        self.log_metrics({name: value for name, value in metrics.items() if name not in set(logged)})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric

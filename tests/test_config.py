@@ -1,0 +1,73 @@
+from pathlib import Path
+
+import pytest
+from pipelines import one_step, prepare
+
+from toksel.config import load_config, params_hash
+from toksel.errors import ToksError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_params_yaml_loads_with_its_defaults():
+    config = load_config(path=ROOT / "params.yaml")
+    assert config.data.synthetic.mode == "assumption1"
+    assert config.model.d >= 512  # the Lemma 4.1 acceptance setting
+    assert config.one_step.eta0 == 100.0
+
+
+def test_overrides_are_typed():
+    config = load_config(["one_step.eta0=50", "gradient_flow.normalized=true", "model.d=64"], ROOT / "params.yaml")
+    assert config.one_step.eta0 == 50.0 and isinstance(config.one_step.eta0, float)
+    assert config.gradient_flow.normalized is True
+    assert config.model.d == 64
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("one_step.eta00=1", "unknown key 'one_step.eta00'"),
+        ("bogus.key=1", "unknown key 'bogus'"),
+        ("one_step.eta0=-1", "one_step.eta0 = -1.0 is out of range: must be > 0.0"),
+        ("data.synthetic.delta=1.5", "data.synthetic.delta = 1.5 is out of range: must be <= 1.0"),
+        ("model.d=0", "model.d = 0 is out of range: must be >= 1"),
+        ("model.d=abc", "model.d"),
+        ("gradient_flow.lr=nan", "gradient_flow.lr = nan must be a finite number"),
+        ("data.synthetic.mode=paired", "data.synthetic.mode = 'paired' is not one of assumption1, independent"),
+        ("data.synthetic.n_train=601", "data.synthetic.n_train and n_test must be even"),
+        ("eta0", "override 'eta0' is not of the form key=value"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_key(override, message):
+    with pytest.raises(ToksError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        load_config([override], ROOT / "params.yaml")
+
+
+def test_params_hash_is_stable_and_sensitive():
+    a = load_config(path=ROOT / "params.yaml").sections(["one_step"])
+    b = load_config(["one_step.eta0=7"], ROOT / "params.yaml").sections(["one_step"])
+    assert params_hash(a) == params_hash(dict(a)) and params_hash(a) != params_hash(b)
+
+
+def test_stage_with_bad_override_exits_2_with_one_line_and_writes_nothing(project, capsys):
+    assert prepare.main(["one_step.eta0=-3"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == "prepare: config error: one_step.eta0 = -3.0 is out of range: must be > 0.0"
+    assert not (project / "data").exists() and not (project / "mlflow.db").exists()
+
+
+def test_stage_missing_its_input_exits_2_naming_the_stage_to_run(project, capsys):
+    assert one_step.main([]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "run the prepare stage first" in error[0]
+
+
+def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
+    """DVC re-runs a stage when a section it lists changes: the list must match what the stage reads."""
+    import yaml
+    from pipelines import evaluate, gradient_flow
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for module in (prepare, one_step, gradient_flow, evaluate):
+        name = module.__name__.rsplit(".", 1)[-1]
+        assert tuple(stages[name]["params"]) == module.SECTIONS, name

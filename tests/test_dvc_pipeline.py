@@ -1,0 +1,77 @@
+"""`dvc repro` on a copy of the project: the DAG, its caching, and the MLflow nesting across processes."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+from tests.conftest import ROOT, TINY
+
+pytestmark = pytest.mark.slow
+
+
+def _dvc(project: Path, *args: str) -> str:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)  # the default: sqlite:///<project>/mlflow.db
+    env.pop("TOKSEL_PIPELINE_ID", None)  # stages must find their parent run through the dvc process
+    done = subprocess.run(["dvc", *args], cwd=project, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _stages_run(output: str) -> list[str]:
+    return re.findall(r"Running stage '(\w+)'", output)
+
+
+@pytest.fixture
+def dvc_project(tmp_path: Path) -> Path:
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for folder in ("src", "pipelines"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist(TINY))
+    OmegaConf.save(params, tmp_path / "params.yaml")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    _dvc(tmp_path, "init", "-q")
+    return tmp_path
+
+
+def _pipeline_runs(project: Path) -> dict[str, list[str]]:
+    """Each parent run id -> the stages nested under it."""
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
+    nested: dict[str, list[str]] = {run.info.run_id: [] for run in runs if run.data.tags["stage"] == "pipeline"}
+    for run in runs:
+        if run.data.tags["stage"] != "pipeline":
+            nested[run.data.tags["mlflow.parentRunId"]].append(run.data.tags["stage"])
+    return nested
+
+
+def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project):
+    first = _dvc(dvc_project, "repro")
+    assert _stages_run(first) == ["prepare", "one_step", "gradient_flow", "evaluate"]
+    assert sorted(_pipeline_runs(dvc_project).values()) == [["evaluate", "gradient_flow", "one_step", "prepare"]]
+
+    metrics = json.loads(_dvc(dvc_project, "metrics", "show", "--json"))
+    shown = json.dumps(metrics)
+    for name in ("slope", "pearson_r", "orthogonal_ratio", "cos_max_margin", "selection_fraction"):
+        assert f'"{name}"' in shown
+
+    assert _stages_run(_dvc(dvc_project, "repro")) == []  # nothing changed
+
+    params = OmegaConf.load(dvc_project / "params.yaml")
+    params.gradient_flow.steps = 400
+    OmegaConf.save(params, dvc_project / "params.yaml")
+    second = _dvc(dvc_project, "repro")
+    assert _stages_run(second) == ["gradient_flow", "evaluate"]
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [
+        ["evaluate", "gradient_flow"], ["evaluate", "gradient_flow", "one_step", "prepare"]]
+    history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "history.csv").read_text()
+    assert history.strip().splitlines()[-1].startswith("400,")

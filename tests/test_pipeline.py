@@ -1,0 +1,84 @@
+"""A tiny end-to-end run of the four stages through their real entry points, and what lands in MLflow."""
+
+import json
+import math
+import os
+
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from pipelines import evaluate, gradient_flow, one_step, prepare
+from tests.conftest import TINY
+
+STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
+
+
+@pytest.fixture
+def finished_pipeline(project):
+    for module in STAGES.values():
+        assert module.main(TINY) == 0
+    return project
+
+
+def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
+    results = finished_pipeline / "results"
+    metrics = {stage: json.loads((results / stage / "synthetic" / "metrics.json").read_text()) for stage in STAGES}
+    assert {"slope", "slope_theory", "pearson_r", "orthogonal_ratio"} <= metrics["one_step"].keys()
+    assert {"loss", "p_norm", "selection_fraction", "cos_max_margin", "normalized_margin",
+            "max_margin_norm"} <= metrics["gradient_flow"].keys()
+    assert metrics["prepare"]["max_abs_alpha_irrelevant"] == 0.0
+    assert metrics["one_step"]["slope_theory"] == 20.0  # eta0 = 40 in TINY
+    history = pd.read_csv(results / "gradient_flow" / "synthetic" / "history.csv")
+    assert history["step"].tolist() == list(range(0, 301, 50))
+    assert (history["p_norm"].diff().dropna() > 0).all()
+    summary = (results / "evaluate" / "synthetic" / "summary.md").read_text()
+    for check in ("lemma41_slope_rel_error", "lemma41_pearson_r", "lemma42_p_norm_increasing",
+                  "lemma44_selection_fraction", "theorem43_cos_max_margin"):
+        assert f"`{check}`" in summary
+        assert metrics["evaluate"][f"{check}_holds"] in (0.0, 1.0)
+    for figure in ("token_scores.png", "one_step.png", "gradient_flow.png"):
+        assert (results / "evaluate" / "synthetic" / figure).stat().st_size > 10_000
+    assert not list(finished_pipeline.rglob(".*.tmp-*"))  # no temporary file left behind
+
+
+def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("toksel")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [run for run in runs if run.data.tags.get("stage") == "pipeline"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["params.yaml"]
+    children = {run.data.tags["stage"]: run for run in runs if run is not parent}
+    assert children.keys() == STAGES.keys()
+    for stage, run in children.items():
+        tags = run.data.tags
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["dataset"] == "synthetic" and len(tags["params_hash"]) == 12 and tags["git_sha"]
+        assert run.info.status == "FINISHED"
+        assert "params.yaml" in [a.path for a in client.list_artifacts(run.info.run_id)]
+        # The same numbers as metrics.json, under the same names.
+        written = json.loads((finished_pipeline / "results" / stage / "synthetic" / "metrics.json").read_text())
+        for name, value in written.items():
+            if value is not None and math.isfinite(value):
+                assert run.data.metrics[name] == pytest.approx(value, rel=1e-12), (stage, name)
+    assert children["one_step"].data.params["one_step.eta0"] == "40.0"
+    assert "gradient_flow.steps" in children["gradient_flow"].data.params
+    history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin")
+    assert [m.step for m in history] == list(range(0, 301, 50))
+    figures = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id, "figures")]
+    assert sorted(figures) == ["figures/gradient_flow.png", "figures/one_step.png", "figures/token_scores.png"]
+
+
+def test_failed_stage_exits_2_marks_its_run_failed_and_keeps_its_old_outputs(finished_pipeline, capsys):
+    out = finished_pipeline / "results" / "gradient_flow" / "synthetic"
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    (finished_pipeline / "results" / "one_step" / "synthetic" / "embeddings.npz").unlink()
+    assert gradient_flow.main(TINY) == 2
+    assert "run the one_step stage first" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
+                              filter_string="tags.stage = 'gradient_flow'", order_by=["attributes.start_time DESC"])
+    assert [run.info.status for run in runs] == ["FAILED", "FINISHED"]
