@@ -9,14 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# A tiny but real configuration: every stage runs end to end in a second or two.
-TINY = [
-    "data.synthetic.n_positive=4", "data.synthetic.n_negative=4", "data.synthetic.n_irrelevant=24",
-    "data.synthetic.seq_len=6", "data.synthetic.n_train=80", "data.synthetic.n_test=40",
-    "model.d=256", "one_step.eta0=40", "gradient_flow.steps=300", "gradient_flow.log_every=50",
-]
+from tests.helpers import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

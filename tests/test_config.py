@@ -1,12 +1,10 @@
-from pathlib import Path
-
 import pytest
-from pipelines import one_step, prepare
+import yaml
 
+from pipelines import evaluate, gradient_flow, one_step, prepare
+from tests.helpers import ROOT
 from toksel.config import load_config, params_hash
 from toksel.errors import ToksError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_params_yaml_loads_with_its_defaults():
@@ -64,8 +62,6 @@ def test_stage_missing_its_input_exits_2_naming_the_stage_to_run(project, capsys
 
 def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
     """DVC re-runs a stage when a section it lists changes: the list must match what the stage reads."""
-    import yaml
-    from pipelines import evaluate, gradient_flow
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for module in (prepare, one_step, gradient_flow, evaluate):

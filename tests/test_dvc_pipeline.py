@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
-from tests.conftest import ROOT, TINY
+
+from tests.helpers import ROOT, TINY
 
 pytestmark = pytest.mark.slow
 

@@ -53,3 +53,13 @@ def test_constraint_pairs_and_selection_on_a_packed_split():
     important = np.array([False, True, False, True])
     # Row 0 leaves its important token 1 out; rows 1 and 2 select their important token 3.
     assert selection_fraction(selected, important, split) == 2 / 3
+
+
+def test_selection_of_every_versus_any_important_token():
+    split = PackedSplit.from_sequences([np.array([0, 1, 2]), np.array([3, 2]), np.array([0, 3])],
+                                       np.array([1, 0, 1]), vocab_size=4)
+    selected = selected_entries(np.array([5.0, 1.0, 2.0, 6.0]), split, tol=0.0)
+    important = np.array([False, True, True, True])
+    # Row 0 selects none of its important tokens, row 1 one of two, row 2 its only one.
+    assert selection_fraction(selected, important, split) == 1 / 3
+    assert selection_fraction(selected, important, split, every=False) == 2 / 3

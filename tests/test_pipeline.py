@@ -7,8 +7,9 @@ import os
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
+
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.conftest import TINY
+from tests.helpers import TINY
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
 

@@ -33,7 +33,6 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         return 0
     # Known, harmless noise from the stack (toolchain.md): keep the stage output readable.
     warnings.filterwarnings("ignore", message=".*noload.*")
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         config = load_config(argv)
         with stage_run(stage, config, sections) as run:

@@ -10,6 +10,7 @@ The store is $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project root>/ml
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
@@ -146,6 +147,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator
     from mlflow import MlflowClient
     from mlflow.entities import Param
 
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # keep the store's INFO chatter out of stage output
     client = MlflowClient(tracking_uri())
     experiment_id = _experiment_id(client)
     parent_id = _parent_run(client, experiment_id, pipeline_key())

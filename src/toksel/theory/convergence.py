@@ -24,7 +24,7 @@ from toksel.training.gradient_flow import Trajectory
 
 @dataclass(frozen=True)
 class ConvergenceReport:
-    history: dict[str, np.ndarray]  # step, loss, p_norm, selection_fraction, cos_max_margin, normalized_margin
+    history: dict[str, np.ndarray]  # step, loss, p_norm, selection fractions, cos_max_margin, normalized_margin
     max_margin: MaxMarginSolution
     n_constraints: int
 
@@ -48,14 +48,17 @@ def analyse_trajectory(
     def selection(p: np.ndarray) -> np.ndarray:
         return selected_entries(E @ p / np.linalg.norm(p), split, tol)
 
-    pairs = constraint_pairs(selection(trajectory.p[-1]), split)
+    selections = [selection(p) for p in trajectory.p]
+    pairs = constraint_pairs(selections[-1], split)
     solution = solve_max_margin(E, pairs)
     nan = np.full(len(trajectory.steps), np.nan)
     history = {
         "step": trajectory.steps,
         "loss": trajectory.loss,
         "p_norm": trajectory.p_norm,
-        "selection_fraction": np.array([selection_fraction(selection(p), important, split) for p in trajectory.p]),
+        "selection_fraction": np.array([selection_fraction(chosen, important, split) for chosen in selections]),
+        "selection_any_fraction": np.array([selection_fraction(chosen, important, split, every=False)
+                                            for chosen in selections]),
         "cos_max_margin": np.array([cosine(p, solution.direction) for p in trajectory.p]) if solution.solved else nan,
         "normalized_margin": (np.array([normalized_margin(p, solution.differences) for p in trajectory.p])
                               if len(pairs) else nan),
