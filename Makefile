@@ -28,6 +28,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests
 
-# The MLflow UI on the embedded store (http://127.0.0.1:$(UI_PORT)).
+# The MLflow UI on the embedded store (http://127.0.0.1:$(UI_PORT)); one worker keeps it light.
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(UI_PORT)
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --workers 1 \
+		--backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(UI_PORT)

@@ -70,6 +70,7 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
     assert [m.step for m in history] == list(range(0, 301, 50))
     figures = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id, "figures")]
     assert sorted(figures) == ["figures/gradient_flow.png", "figures/one_step.png", "figures/token_scores.png"]
+    assert experiment.artifact_location == (finished_pipeline / "mlartifacts").as_uri()
 
 
 def test_failed_stage_exits_2_marks_its_run_failed_and_keeps_its_old_outputs(finished_pipeline, capsys):

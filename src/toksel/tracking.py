@@ -121,8 +121,12 @@ def _experiment_id(client: Any) -> str:
     experiment = client.get_experiment_by_name(experiment_name())
     if experiment is not None:
         return experiment.experiment_id
+    # With the embedded store, pin artifacts to the project root: a relative default would follow the working
+    # directory, which `dvc exp run --temp` deletes afterwards. A server chooses its own artifact store.
+    embedded = tracking_uri().startswith("sqlite:")
+    location = (project_root() / "mlartifacts").as_uri() if embedded else None
     try:
-        return client.create_experiment(experiment_name())
+        return client.create_experiment(experiment_name(), artifact_location=location)
     except MlflowException:  # created meanwhile by a concurrent stage
         return client.get_experiment_by_name(experiment_name()).experiment_id
 

@@ -44,16 +44,25 @@ class Bags:
         return values.new_zeros(self.n).scatter_reduce(0, self.rows, values, "amax", include_self=False)
 
 
+def _shifted(entry_scores: torch.Tensor, bags: Bags) -> torch.Tensor:
+    """Each entry's score minus its row's maximum: <= 0, and exactly 0 at the row's top tokens.
+
+    The shift cancels in the softmax; detaching it keeps the gradient that of the unshifted softmax.
+    """
+    return entry_scores - bags.row_max(entry_scores.detach())[bags.rows]
+
+
+def _softmax(shifted: torch.Tensor, bags: Bags) -> torch.Tensor:
+    unnormalised = bags.counts * torch.exp(shifted)
+    return unnormalised / bags.row_sum(unnormalised)[bags.rows]
+
+
 def attention_weights(scores: torch.Tensor, bags: Bags) -> torch.Tensor:
     """q_{X,s} = c_{X,s} exp(a_s) / sum_s' c_{X,s'} exp(a_s'), one value per stored entry.
 
     `scores` are the token scores a = E p, one per vocabulary entry.
     """
-    entry_scores = scores[bags.tokens]
-    # The shift cancels in the ratio; detaching it keeps the gradient that of the unshifted softmax.
-    shift = bags.row_max(entry_scores.detach())[bags.rows]
-    unnormalised = bags.counts * torch.exp(entry_scores - shift)
-    return unnormalised / bags.row_sum(unnormalised)[bags.rows]
+    return _softmax(_shifted(scores[bags.tokens], bags), bags)
 
 
 def attention_output(scores: torch.Tensor, values: torch.Tensor, bags: Bags) -> torch.Tensor:
@@ -63,12 +72,11 @@ def attention_output(scores: torch.Tensor, values: torch.Tensor, bags: Bags) -> 
     to 1). When the softmax saturates on r, the gradient is a sum of tiny terms; in this form each is exact,
     while sum_s q_s b_s would bury them under the rounding error of f (about 1e-17 |b|).
     """
-    entry_scores, entry_values = scores[bags.tokens], values[bags.tokens]
-    top = entry_scores.detach() == bags.row_max(entry_scores.detach())[bags.rows]
+    shifted, entry_values = _shifted(scores[bags.tokens], bags), values[bags.tokens]
+    top = (shifted.detach() == 0).to(values.dtype)
     # Mean value of the top-scoring tokens; detached, since df/db_r = 1 - sum_s q_s = 0 exactly.
-    reference = bags.row_sum(entry_values.detach() * top) / bags.row_sum(top.to(values.dtype))
-    weights = attention_weights(scores, bags)
-    return reference + bags.row_sum(weights * (entry_values - reference[bags.rows]))
+    reference = bags.row_sum(entry_values.detach() * top) / bags.row_sum(top)
+    return reference + bags.row_sum(_softmax(shifted, bags) * (entry_values - reference[bags.rows]))
 
 
 def forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, bags: Bags) -> torch.Tensor:
