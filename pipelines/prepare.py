@@ -11,7 +11,7 @@ from toksel.config import Config
 from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import token_table, write_token_table
 from toksel.paths import processed_dir, results_dir
-from toksel.theory.frequency import token_statistics
+from toksel.theory.frequency import assumption1_fraction, token_statistics
 from toksel.tracking import StageRun
 
 SECTIONS = ("base", "data")
@@ -43,6 +43,7 @@ def prepare(config: Config, run: StageRun) -> None:
         "positive_label_fraction": float(train.labels.mean()),
         "max_abs_alpha_irrelevant": float(np.abs(statistics.alpha[irrelevant]).max()),
         "mean_abs_alpha_relevant": float(np.abs(statistics.alpha[~irrelevant]).mean()),
+        "assumption1_fraction": assumption1_fraction(train, statistics),
     })
 
 

@@ -67,3 +67,9 @@ def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
     for module in (prepare, one_step, gradient_flow, evaluate):
         name = module.__name__.rsplit(".", 1)[-1]
         assert tuple(stages[name]["params"]) == module.SECTIONS, name
+
+
+def test_help_lists_the_stage_keys_with_their_values(project, capsys):
+    assert one_step.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "one_step.eta0=100.0" in out and "model.d=1024" in out and "gradient_flow." not in out

@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1, generate_independent
-from toksel.theory.frequency import COMPLETELY_NEGATIVE, COMPLETELY_POSITIVE, IRRELEVANT, token_statistics
+from toksel.theory.frequency import (
+    COMPLETELY_NEGATIVE,
+    COMPLETELY_POSITIVE,
+    IRRELEVANT,
+    assumption1_fraction,
+    token_statistics,
+)
 
 VOCAB = SyntheticVocabulary(n_positive=5, n_negative=6, n_irrelevant=30)
 
@@ -68,3 +74,11 @@ def test_bag_of_tokens_matches_the_ordered_sequences():
         tokens, counts = np.unique(sequence, return_counts=True)
         assert np.array_equal(split.bag_tokens[start:stop], tokens)
         assert np.array_equal(split.bag_counts[start:stop], counts)
+
+
+def test_assumption1_fraction_tells_the_two_modes_apart():
+    rng = np.random.default_rng(4)
+    paired = generate_assumption1(VOCAB, 200, 8, rng)
+    assert assumption1_fraction(paired, token_statistics(paired)) == 1.0
+    independent = generate_independent(VOCAB, 200, 8, 0.8, rng)
+    assert assumption1_fraction(independent, token_statistics(independent)) < 0.5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toksel.config import EvaluateConfig
@@ -45,7 +46,7 @@ def theory_checks(one_step: dict, gradient_flow: dict, thresholds: EvaluateConfi
     ]
 
 
-def summary_markdown(checks: list[Check], title: str, figures: list[str]) -> str:
+def summary_markdown(checks: list[Check], title: str, figures: list[str], notes: Sequence[str] = ()) -> str:
     lines = [f"# {title}", "", "| check | claim | measured | threshold | holds |", "|---|---|---|---|---|"]
     for check in checks:
         value = "not computed" if check.value is None else f"{check.value:.6g}"
@@ -53,6 +54,6 @@ def summary_markdown(checks: list[Check], title: str, figures: list[str]) -> str
         lines.append(f"| `{check.name}` | {check.claim} | {value} | {check.comparison} {check.threshold:g} "
                      f"| {verdict} |")
     held = sum(check.holds for check in checks)
-    lines += ["", f"{held} of {len(checks)} checks hold.", ""]
+    lines += ["", f"{held} of {len(checks)} checks hold.", "", *[f"- {note}" for note in notes], ""]
     lines += [f"![{name}]({name})" for name in figures]
     return "\n".join(lines) + "\n"

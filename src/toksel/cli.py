@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from toksel.config import Config, load_config
+from toksel.config import Config, describe, load_config
 from toksel.errors import ToksError
 from toksel.tracking import StageRun, stage_run
 
@@ -28,8 +28,11 @@ def show_progress() -> bool:
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
-        print(f"usage: python -m pipelines.{stage} [key=value ...]   (keys: the {', '.join(sections)} "
-              "sections of params.yaml)")
+        print(f"usage: python -m pipelines.{stage} [key=value ...]\n\nkeys, with their values in params.yaml:")
+        try:
+            print("\n".join(describe(load_config(), sections)))
+        except ToksError as error:
+            print(f"  ({error})")
         return 0
     # Known, harmless noise from the stack (toolchain.md): keep the stage output readable.
     warnings.filterwarnings("ignore", message=".*noload.*")

@@ -140,6 +140,23 @@ def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     return config
 
 
+def describe(config: Config, sections: Iterable[str]) -> list[str]:
+    """One line per key of `sections`: its current value and what it means (for --help)."""
+    lines = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for spec in dataclasses.fields(node):
+            value = getattr(node, spec.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{spec.name}.")
+            else:
+                lines.append(f"  {f'{prefix}{spec.name}={value}':<44} {spec.metadata.get('help', '')}".rstrip())
+
+    for name in sections:
+        walk(getattr(config, name), f"{name}.")
+    return lines
+
+
 def params_hash(sections: dict[str, Any]) -> str:
     """A short, stable fingerprint of a stage's resolved parameters."""
     return hashlib.sha256(json.dumps(sections, sort_keys=True).encode()).hexdigest()[:12]

@@ -83,3 +83,14 @@ def token_statistics(split: PackedSplit) -> TokenStatistics:
         posterior_difference=posterior_difference(count_positive, count_negative),
         token_type=token_types(alpha, count_positive, count_negative),
     )
+
+
+def assumption1_fraction(split: PackedSplit, statistics: TokenStatistics) -> float:
+    """Fraction of sequences meeting Assumption 1: exactly one occurrence of a completely positive or
+    completely negative token, and alpha_s = 0 for every other token of the sequence."""
+    completely = np.isin(statistics.token_type, (COMPLETELY_POSITIVE, COMPLETELY_NEGATIVE))[split.bag_tokens]
+    irrelevant = (statistics.alpha == 0)[split.bag_tokens]
+    rows = split.bag_rows
+    relevant_occurrences = np.bincount(rows, weights=split.bag_counts * completely, minlength=split.n)
+    other_tokens = np.bincount(rows, weights=~completely & ~irrelevant, minlength=split.n)
+    return float(np.mean((relevant_occurrences == 1) & (other_tokens == 0)))
