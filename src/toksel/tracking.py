@@ -42,23 +42,27 @@ def experiment_name() -> str:
 
 def git_sha() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=project_root()).stdout.strip()
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=project_root()).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return sha
+
+
+def _is_dvc(process: psutil.Process) -> bool:
+    """`dvc ...`, `python .../bin/dvc ...` or `python -m dvc ...`."""
+    try:
+        return any(Path(word).name == "dvc" for word in process.cmdline()[:3])
+    except psutil.Error:
+        return False
 
 
 def pipeline_key() -> str:
+    """What the stages of one pipeline execution share: $TOKSEL_PIPELINE_ID, else their `dvc` process."""
     if os.environ.get("TOKSEL_PIPELINE_ID"):
         return os.environ["TOKSEL_PIPELINE_ID"]
     process = psutil.Process()
     for ancestor in process.parents():
-        try:
-            command = " ".join(ancestor.cmdline()[:3])
-        except psutil.Error:
-            continue
-        if Path(ancestor.name()).name == "dvc" or "dvc" in [Path(w).name for w in command.split()]:
+        if _is_dvc(ancestor):
             return f"dvc-{ancestor.pid}-{ancestor.create_time():.0f}"
     return f"process-{process.pid}-{process.create_time():.0f}"
 
@@ -87,22 +91,13 @@ class StageRun:
         write_json(path, dict(metrics))
         self.log_metrics({name: value for name, value in metrics.items() if name not in set(logged)})
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        entries = [Metric(name, float(value), now, step) for name, value in metrics.items()
-                   if value is not None and math.isfinite(float(value))]
-        self._log_batch(metrics=entries)
+    def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
+        self._log_points((name, value, step) for name, value in metrics.items())
 
     def log_history(self, steps: np.ndarray, series: Mapping[str, np.ndarray]) -> None:
         """Per-step curves: one MLflow metric history per name."""
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        entries = [Metric(name, float(value), now, int(step)) for name, values in series.items()
-                   for step, value in zip(steps, values, strict=True) if math.isfinite(float(value))]
-        self._log_batch(metrics=entries)
+        self._log_points((name, value, int(step)) for name, values in series.items()
+                         for step, value in zip(steps, values, strict=True))
 
     def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
@@ -110,7 +105,13 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
-    def _log_batch(self, metrics: list[Any]) -> None:
+    def _log_points(self, points: Iterable[tuple[str, float | None, int]]) -> None:
+        """(name, value, step) triples; None, NaN and inf are left out (JSON has them as null)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(name, float(value), now, step) for name, value, step in points
+                   if value is not None and math.isfinite(float(value))]
         for start in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
 
@@ -139,10 +140,14 @@ def _parent_run(client: Any, experiment_id: str, key: str) -> str:
         return found[0].info.run_id
     run = client.create_run(experiment_id, run_name=f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
                             tags={PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha()})
-    params = project_root() / "params.yaml"
-    if params.exists():
-        client.log_artifact(run.info.run_id, str(params))
+    _log_params_file(client, run.info.run_id)
     return run.info.run_id
+
+
+def _log_params_file(client: Any, run_id: str) -> None:
+    params_file = project_root() / "params.yaml"
+    if params_file.exists():
+        client.log_artifact(run_id, str(params_file))
 
 
 @contextmanager
@@ -162,9 +167,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator
     params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
     for start in range(0, len(params), 100):
         client.log_batch(run_id, params=params[start : start + 100])
-    params_file = project_root() / "params.yaml"
-    if params_file.exists():
-        client.log_artifact(run_id, str(params_file))
+    _log_params_file(client, run_id)
     status = "FAILED"
     try:
         yield StageRun(client, run_id, parent_id)
