@@ -28,7 +28,7 @@ def _number(value: float | None, spec: str) -> str:
 
 
 def evaluate(config: Config, run: StageRun) -> None:
-    dataset = config.data.name
+    dataset = config.dataset
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
     embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
     trajectory = read_npz(results_dir("gradient_flow", dataset) / "trajectory.npz", producer="gradient_flow")

@@ -24,10 +24,10 @@ SECTIONS = ("gradient_flow",)
 
 def gradient_flow(config: Config, run: StageRun) -> None:
     settings = config.gradient_flow
-    data = processed_dir(config.data.name)
+    data = processed_dir(config.dataset)
     train = PackedSplit.load(data / "train.npz")
     important = read_token_table(data / "tokens.csv")["important"].to_numpy(dtype=bool)
-    embeddings = read_npz(results_dir("one_step", config.data.name) / "embeddings.npz", producer="one_step")
+    embeddings = read_npz(results_dir("one_step", config.dataset) / "embeddings.npz", producer="one_step")
     E1, p0, v = (torch.from_numpy(embeddings[name]) for name in ("E1", "p0", "v"))
 
     trajectory = run_gradient_flow(E1, p0, v, Bags.from_split(train), steps=settings.steps, lr=settings.lr,
@@ -40,7 +40,7 @@ def gradient_flow(config: Config, run: StageRun) -> None:
               file=sys.stderr)
     run.set_tag("max_margin_status", report.max_margin.status)
 
-    out = results_dir("gradient_flow", config.data.name)
+    out = results_dir("gradient_flow", config.dataset)
     p_mm = report.max_margin.direction if report.max_margin.solved else np.full_like(trajectory.p[-1], np.nan)
     write_npz(out / "trajectory.npz", steps=trajectory.steps, p=trajectory.p, p_max_margin=p_mm)
     write_csv(out / "history.csv", pd.DataFrame(report.history))

@@ -16,11 +16,11 @@ from toksel.paths import processed_dir, results_dir
 from toksel.theory.one_step import alignment_metrics, one_gradient_step_on_embeddings
 from toksel.tracking import StageRun
 
-SECTIONS = ("base", "data", "model", "one_step")
+SECTIONS = ("base", "model", "one_step")
 
 
 def one_step(config: Config, run: StageRun) -> None:
-    data = processed_dir(config.data.name)
+    data = processed_dir(config.dataset)
     train = PackedSplit.load(data / "train.npz")
     tokens = read_token_table(data / "tokens.csv")
     init = initialise(train.vocab_size, config.model.d, config.base.seed)
@@ -30,7 +30,7 @@ def one_step(config: Config, run: StageRun) -> None:
     occurring = np.flatnonzero(tokens["count_positive"] + tokens["count_negative"] > 0)
     metrics = alignment_metrics(E0, E1, v, tokens["alpha"].to_numpy(), config.one_step.eta0, occurring)
 
-    out = results_dir("one_step", config.data.name)
+    out = results_dir("one_step", config.dataset)
     write_npz(out / "embeddings.npz", E0=E0, E1=E1, p0=p0, v=v)
     run.record_metrics(out / "metrics.json", metrics)
 

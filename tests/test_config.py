@@ -3,7 +3,7 @@ import yaml
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
 from tests.helpers import ROOT
-from toksel.config import load_config, params_hash
+from toksel.config import DATASET_SECTIONS, load_config, params_hash
 from toksel.errors import ToksError
 
 
@@ -66,7 +66,8 @@ def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for module in (prepare, one_step, gradient_flow, evaluate):
         name = module.__name__.rsplit(".", 1)[-1]
-        assert tuple(stages[name]["params"]) == module.SECTIONS, name
+        own = tuple(f"datasets.${{key}}.{section}" for section in module.SECTIONS if section in DATASET_SECTIONS)
+        assert tuple(stages[name]["do"]["params"]) == module.SECTIONS + own, name
 
 
 def test_help_lists_the_stage_keys_with_their_values(project, capsys):

@@ -28,7 +28,7 @@ def _dvc(project: Path, *args: str) -> str:
 
 
 def _stages_run(output: str) -> list[str]:
-    return re.findall(r"Running stage '(\w+)'", output)
+    return [name.removesuffix("@synthetic") for name in re.findall(r"Running stage '([\w@]+)'", output)]
 
 
 @pytest.fixture

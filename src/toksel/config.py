@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -26,6 +26,10 @@ def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, l
             choices: Sequence[str] | None = None, help: str = "") -> Any:
     """A dataclass field with a default, an allowed range or set of choices, and a one-line description."""
     return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "choices": choices, "help": help})
+
+
+# The sections a `datasets` entry may override; dvc.yaml tracks datasets.<name>.<section> for each.
+DATASET_SECTIONS = ("data", "model", "one_step", "gradient_flow")
 
 
 @dataclass
@@ -48,7 +52,20 @@ class SyntheticConfig:
 
 @dataclass
 class DataConfig:
-    name: str = bounded("synthetic", choices=("synthetic",), help="dataset to prepare")
+    source: str = bounded("synthetic", choices=("synthetic", "hub"),
+                          help="synthetic: our generator; hub: a Hugging Face dataset (or its mirror)")
+    hub_id: str = bounded("", help="Hub id, e.g. stanfordnlp/imdb (source hub)")
+    text_column: str = bounded("text", help="column holding the text")
+    label_column: str = bounded("label", help="column holding the integer label")
+    num_classes: int = bounded(2, ge=2, help="labels must lie in 0 .. num_classes - 1")
+    tokenizer: str = bounded("word", choices=("word", "wordpiece", "bpe"),
+                             help="word: lowercase words and punctuation; wordpiece/bpe: trained on train")
+    subword_vocab_size: int = bounded(8000, ge=100, help="vocabulary size a subword tokenizer is trained to")
+    min_count: int = bounded(1, ge=1, help="keep tokens seen at least this often in the training split")
+    max_vocab: int = bounded(0, ge=0, help="keep at most this many most frequent tokens (0: no limit)")
+    max_train: int = bounded(0, ge=0, help="label-balanced, seeded subsample of the train split (0: all)")
+    max_test: int = bounded(0, ge=0, help="label-balanced, seeded subsample of the test split (0: all)")
+    max_len: Optional[int] = bounded(None, ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
@@ -82,25 +99,32 @@ class EvaluateConfig:
 
 @dataclass
 class Config:
+    dataset: str = bounded("synthetic", help="the entry of `datasets` to run on")
     base: BaseConfig = field(default_factory=BaseConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     one_step: OneStepConfig = field(default_factory=OneStepConfig)
     gradient_flow: GradientFlowConfig = field(default_factory=GradientFlowConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}}: what the dataset overrides
+    datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
 
     def sections(self, names: Iterable[str]) -> dict[str, Any]:
         """The named sections as a plain nested dict (what a stage logs and hashes)."""
         return {name: dataclasses.asdict(getattr(self, name)) for name in names}
 
 
-def _check_ranges(node: Any, prefix: str = "") -> None:
+def _check_ranges(node: Any, prefix: str) -> None:
     for spec in dataclasses.fields(node):
         key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
+        if spec.name == "datasets":
+            continue
         if dataclasses.is_dataclass(value):
-            _check_ranges(value, prefix=f"{key}.")
+            _check_ranges(value, f"{key}.")
             continue
         limits = spec.metadata
+        if value is None:
+            continue
         if isinstance(value, float) and not math.isfinite(value):
             raise ToksError(f"config error: {key} = {value} must be a finite number")
         for bound, holds, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
@@ -111,33 +135,61 @@ def _check_ranges(node: Any, prefix: str = "") -> None:
             raise ToksError(f"config error: {key} = {value!r} is not one of {', '.join(limits['choices'])}")
 
 
-def _check_consistency(config: Config) -> None:
-    synthetic = config.data.synthetic
-    if synthetic.mode == "assumption1" and (synthetic.n_train % 2 or synthetic.n_test % 2):
-        raise ToksError("config error: data.synthetic.n_train and n_test must be even in assumption1 mode "
-                        "(sequences come in +/- pairs)")
+def _check_consistency(config: Config, prefix: str) -> None:
+    data, synthetic = config.data, config.data.synthetic
+    if data.source == "synthetic" and synthetic.mode == "assumption1" and (synthetic.n_train % 2 or
+                                                                          synthetic.n_test % 2):
+        raise ToksError(f"config error: {prefix}data.synthetic.n_train and n_test must be even in assumption1 "
+                        "mode (sequences come in +/- pairs)")
+    if data.source == "hub" and not data.hub_id:
+        raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
+
+
+def _resolve(layers: list[Any], prefix: str = "") -> Config:
+    """Merge the layers onto the schema and validate; errors name the key, after `prefix`."""
+    try:
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), *layers))
+    except OmegaConfBaseException as error:
+        key = f"{prefix}{getattr(error, 'full_key', None) or '?'}"
+        if isinstance(error, ConfigKeyError):
+            raise ToksError(f"config error: unknown key {key!r} (check the spelling against params.yaml)") from None
+        raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
+    _check_ranges(config, prefix)
+    _check_consistency(config, prefix)
+    return config
+
+
+def _dataset_layer(datasets: Any, name: str) -> Any:
+    """The sections a dataset entry overrides; every entry lists all of DATASET_SECTIONS ({} for none)."""
+    if name not in datasets:
+        known = ", ".join(datasets) or "none"
+        raise ToksError(f"config error: unknown dataset {name!r}: params.yaml defines {known}")
+    entry = datasets[name]
+    missing = [section for section in DATASET_SECTIONS if entry is None or section not in entry]
+    if missing:
+        raise ToksError(f"config error: datasets.{name} lacks the sections {', '.join(missing)} (use {{}} for "
+                        "no overrides: dvc.yaml tracks each of them)")
+    return OmegaConf.create({section: entry[section] or {} for section in DATASET_SECTIONS})
 
 
 def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> Config:
-    """Read `path`, apply `key=value` overrides, validate. Raises ToksError naming the offending key."""
+    """Read `path`, apply the chosen dataset's overrides, then the `key=value` overrides, and validate.
+
+    Every dataset entry is validated too, so a typo anywhere in params.yaml is caught on the first run.
+    Raises ToksError naming the offending key.
+    """
     path = Path(path)
     if not path.exists():
         raise ToksError(f"config error: {path} not found: run from the project root")
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ToksError(f"config error: override {item!r} is not of the form key=value")
-    schema = OmegaConf.structured(Config)
-    try:
-        merged = OmegaConf.merge(schema, OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as error:
-        key = getattr(error, "full_key", None) or "?"
-        if isinstance(error, ConfigKeyError):
-            raise ToksError(f"config error: unknown key {key!r} (check the spelling against params.yaml)") from None
-        raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
-    _check_ranges(config)
-    _check_consistency(config)
-    return config
+    params, command_line = OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides))
+    first = _resolve([params, command_line])
+    shared = OmegaConf.masked_copy(params, [key for key in params if key != "datasets"])
+    for name in first.datasets:
+        _resolve([shared, _dataset_layer(first.datasets, name)], prefix=f"datasets.{name}.")
+    return _resolve([params, _dataset_layer(first.datasets, first.dataset), command_line])
 
 
 def describe(config: Config, sections: Iterable[str]) -> list[str]:

@@ -161,7 +161,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator
     experiment_id = _experiment_id(client)
     parent_id = _parent_run(client, experiment_id, pipeline_key())
     resolved = config.sections(sections)
-    tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.data.name, "git_sha": git_sha(),
+    tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.dataset, "git_sha": git_sha(),
             "params_hash": params_hash(resolved)}
     run_id = client.create_run(experiment_id, run_name=stage, tags=tags).info.run_id
     params = [Param(key, str(value)) for key, value in flatten(resolved).items()]

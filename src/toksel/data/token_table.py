@@ -1,7 +1,5 @@
-"""The per-token table a dataset's prepare stage writes: statistics, type, and which tokens are important.
-
-`important` marks the tokens the selection checks look for in each sequence (for synthetic data, the
-generator's positive and negative tokens).
+"""The per-token table a dataset's prepare stage writes: the token as text, its statistics and type, and
+which tokens are important (what the selection checks look for) or special (<unk>, left out of statistics).
 """
 
 from __future__ import annotations
@@ -15,12 +13,19 @@ from toksel.io import require_output, write_csv
 from toksel.theory.frequency import TokenStatistics
 
 
-def token_table(statistics: TokenStatistics, important: np.ndarray, group: np.ndarray) -> pd.DataFrame:
-    table = pd.DataFrame(statistics.as_columns())
-    table.insert(0, "token", np.arange(len(table)))
-    table["group"] = group
+def token_table(statistics: TokenStatistics, words: list[str], important: np.ndarray,
+                special: np.ndarray) -> pd.DataFrame:
+    table = pd.DataFrame({"token": np.arange(len(words)), "word": words, **statistics.as_columns()})
     table["important"] = important.astype(bool)
+    table["special"] = special.astype(bool)
     return table
+
+
+def top_decile_by_abs_alpha(alpha: np.ndarray) -> np.ndarray:
+    """Important tokens of real data: the tenth of the (non-NaN) tokens with the largest |alpha_s|."""
+    magnitude = np.abs(alpha)
+    threshold = np.nanquantile(magnitude, 0.9)
+    return np.nan_to_num(magnitude, nan=-1.0) >= threshold
 
 
 def write_token_table(path: Path, table: pd.DataFrame) -> None:
@@ -28,4 +33,5 @@ def write_token_table(path: Path, table: pd.DataFrame) -> None:
 
 
 def read_token_table(path: Path) -> pd.DataFrame:
-    return pd.read_csv(require_output(path, producer="prepare"))
+    return pd.read_csv(require_output(path, producer="prepare"), keep_default_na=False,
+                       na_values={"alpha": [""], "posterior_difference": [""]})

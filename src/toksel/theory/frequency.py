@@ -75,6 +75,32 @@ def token_types(alpha: np.ndarray, count_positive: np.ndarray, count_negative: n
     return types
 
 
+def class_signed_frequency(split: PackedSplit, num_classes: int) -> np.ndarray:
+    """(K, |S|): alpha_s^(k) = (1/n) sum_X (c_{X,s} / T_X) (1{y_X = k} - 1/K), the class-k signed frequency of
+    the rebuttal's multi-class one-step formula (paper.md section 1.4). For K = 2, alpha^(1) = alpha / 2."""
+    rows = split.bag_rows
+    share = split.bag_counts / split.lengths[rows]
+    return np.stack([
+        np.bincount(split.bag_tokens, weights=share * ((split.labels[rows] == k) - 1 / num_classes),
+                    minlength=split.vocab_size) / split.n
+        for k in range(num_classes)
+    ])
+
+
+def without_tokens(statistics: TokenStatistics, excluded: np.ndarray) -> TokenStatistics:
+    """The statistics with `excluded` tokens (such as <unk>) left out: no counts, alpha and posterior NaN."""
+    def blank(values: np.ndarray, fill: float) -> np.ndarray:
+        return np.where(excluded, fill, values)
+
+    return TokenStatistics(
+        count_positive=blank(statistics.count_positive, 0).astype(np.int64),
+        count_negative=blank(statistics.count_negative, 0).astype(np.int64),
+        alpha=blank(statistics.alpha, np.nan),
+        posterior_difference=blank(statistics.posterior_difference, np.nan),
+        token_type=blank(statistics.token_type, IRRELEVANT).astype(np.int64),
+    )
+
+
 def token_statistics(split: PackedSplit) -> TokenStatistics:
     count_positive, count_negative = label_counts(split)
     alpha = average_signed_frequency(split)

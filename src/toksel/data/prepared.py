@@ -1,0 +1,97 @@
+"""A prepared dataset: packed splits, the per-token table and prepare's metrics, from either source."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from toksel.config import DataConfig
+from toksel.data.corpus import PackedSplit
+from toksel.data.sources import balanced_subsample, load_text_split
+from toksel.data.synthetic import SyntheticVocabulary, generate
+from toksel.data.token_table import token_table, top_decile_by_abs_alpha
+from toksel.data.tokenize import train_tokenizer
+from toksel.data.vocabulary import UNKNOWN, build_vocabulary
+from toksel.theory.frequency import (
+    assumption1_fraction,
+    class_signed_frequency,
+    token_statistics,
+    without_tokens,
+)
+
+GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3, neg12, irr57
+
+
+@dataclass(frozen=True)
+class PreparedDataset:
+    splits: dict[str, PackedSplit]  # train, test
+    tokens: pd.DataFrame  # the token table
+    metrics: dict[str, float]
+
+
+def prepare_synthetic(data: DataConfig, seed: int) -> PreparedDataset:
+    settings = data.synthetic
+    vocab = SyntheticVocabulary(settings.n_positive, settings.n_negative, settings.n_irrelevant)
+    rng = np.random.default_rng(seed)
+    splits = {name: generate(settings.mode, vocab, n, settings.seq_len, settings.delta, rng)
+              for name, n in (("train", settings.n_train), ("test", settings.n_test))}
+    statistics = token_statistics(splits["train"])
+    groups = vocab.groups()
+    words = [f"{GROUP_PREFIX[group]}{i}" for i, group in enumerate(groups)]
+    table = token_table(statistics, words, important=groups != 0, special=np.zeros(vocab.size, dtype=bool))
+    irrelevant = groups == 0
+    return PreparedDataset(splits, table, {
+        "max_abs_alpha_irrelevant": float(np.abs(statistics.alpha[irrelevant]).max()),
+        "mean_abs_alpha_relevant": float(np.abs(statistics.alpha[~irrelevant]).mean()),
+        "assumption1_fraction": assumption1_fraction(splits["train"], statistics),
+    })
+
+
+def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
+    """Load, subsample (label-balanced, seeded), tokenize, build the vocabulary on train, encode, truncate."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    raw = {}
+    for split, size in (("train", data.max_train), ("test", data.max_test)):
+        loaded = load_text_split(dataset, data, split)
+        raw[split] = loaded.subset(balanced_subsample(loaded.labels, size, rng))
+    tokenize = train_tokenizer(data.tokenizer, raw["train"].texts, data.subword_vocab_size)
+    tokens = {split: tokenize(text_split.texts) for split, text_split in raw.items()}
+    vocab = build_vocabulary(tokens["train"], data.min_count, data.max_vocab)
+    splits, dropped = {}, {}
+    for split, text_split in raw.items():
+        ids = vocab.encode(tokens[split], data.max_len)
+        keep = np.array([len(sequence) > 0 for sequence in ids])  # a review with no token at all
+        dropped[split] = int((~keep).sum())
+        splits[split] = PackedSplit.from_sequences([s for s, k in zip(ids, keep, strict=True) if k],
+                                                   text_split.labels[keep], vocab.size)
+    special = np.array([word == UNKNOWN for word in vocab.words])
+    statistics = without_tokens(token_statistics(splits["train"]), special)
+    table = token_table(statistics, vocab.words, top_decile_by_abs_alpha(statistics.alpha), special)
+    if data.num_classes > 2:
+        for k, alpha_k in enumerate(class_signed_frequency(splits["train"], data.num_classes)):
+            table[f"alpha_class_{k}"] = np.where(special, np.nan, alpha_k)
+    test_unknown = np.isin(splits["test"].seq_tokens, np.flatnonzero(special)).mean()
+    return PreparedDataset(splits, table, {
+        "unknown_rate_test": float(test_unknown),
+        "dropped_empty_train": dropped["train"],
+        "dropped_empty_test": dropped["test"],
+        "seconds": time.perf_counter() - start,
+    })
+
+
+def summary_metrics(prepared: PreparedDataset) -> dict[str, float]:
+    """What prepare reports for every dataset, then the source's own metrics."""
+    train, test = prepared.splits["train"], prepared.splits["test"]
+    return {
+        "vocab_size": len(prepared.tokens),
+        "n_train": train.n,
+        "n_test": test.n,
+        "nnz_train": len(train.bag_tokens),
+        "mean_length": float(train.lengths.mean()),
+        "positive_label_fraction": float((train.labels == 1).mean()),
+        **prepared.metrics,
+    }

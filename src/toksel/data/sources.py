@@ -1,0 +1,89 @@
+"""Labelled text splits from the Hugging Face Hub, or from an offline mirror of it.
+
+Where $TOKSEL_DATA_MIRROR names a folder laid out as <dataset>/<split>.parquet, that file is read;
+otherwise `datasets.load_dataset(hub_id, split=...)`. Either way the split is checked before use: the
+columns exist, it is not empty, its labels are integers in 0 .. num_classes - 1, and it has two classes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from toksel.config import DataConfig
+from toksel.errors import ToksError
+
+MIRROR_ENV = "TOKSEL_DATA_MIRROR"
+
+
+@dataclass(frozen=True)
+class TextSplit:
+    texts: list[str]
+    labels: np.ndarray  # int64 in 0 .. num_classes - 1
+
+    def subset(self, rows: np.ndarray) -> TextSplit:
+        return TextSplit([self.texts[i] for i in rows], self.labels[rows])
+
+
+def load_text_split(dataset: str, data: DataConfig, split: str) -> TextSplit:
+    mirror = os.environ.get(MIRROR_ENV)
+    frame = _read_mirror(Path(mirror), dataset, split) if mirror else _read_hub(data.hub_id, split)
+    return _checked(frame, f"{dataset}/{split}", data)
+
+
+def _read_mirror(mirror: Path, dataset: str, split: str) -> pd.DataFrame:
+    path = mirror / dataset / f"{split}.parquet"
+    if not path.is_file():
+        raise ToksError(f"mirror file {path} is missing: {MIRROR_ENV}={mirror} must hold <dataset>/<split>.parquet")
+    return pd.read_parquet(path)
+
+
+def _read_hub(hub_id: str, split: str) -> pd.DataFrame:
+    import datasets
+
+    try:
+        return datasets.load_dataset(hub_id, split=split).to_pandas()
+    except Exception as error:  # noqa: BLE001  (the Hub raises many kinds; all mean the same to the user)
+        raise ToksError(f"could not load {hub_id!r} split {split!r} from the Hugging Face Hub "
+                        f"({type(error).__name__}); offline, set {MIRROR_ENV} to a folder of "
+                        "<dataset>/<split>.parquet files") from None
+
+
+def _checked(frame: pd.DataFrame, name: str, data: DataConfig) -> TextSplit:
+    missing = [column for column in (data.text_column, data.label_column) if column not in frame.columns]
+    if missing:
+        raise ToksError(f"{name} has no column {', '.join(missing)} (it has {', '.join(map(str, frame.columns))}): "
+                        "set data.text_column / data.label_column")
+    if len(frame) == 0:
+        raise ToksError(f"{name} is empty: check the source")
+    labels = frame[data.label_column]
+    if not pd.api.types.is_integer_dtype(labels):
+        raise ToksError(f"{name}: labels in column {data.label_column!r} are {labels.dtype}, not integers")
+    labels = labels.to_numpy(dtype=np.int64)
+    outside = np.setdiff1d(np.unique(labels), np.arange(data.num_classes))
+    if len(outside):
+        raise ToksError(f"{name}: labels {outside.tolist()} lie outside 0 .. {data.num_classes - 1}: "
+                        "check data.num_classes")
+    if len(np.unique(labels)) < 2:
+        raise ToksError(f"{name} holds a single class ({labels[0]}): the statistics need both labels")
+    texts = frame[data.text_column]
+    if texts.isna().any():
+        raise ToksError(f"{name}: {int(texts.isna().sum())} rows have no text in column {data.text_column!r}")
+    return TextSplit(texts.astype(str).tolist(), labels)
+
+
+def balanced_subsample(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted row indices: up to size // K rows of each of the K classes present, drawn without replacement.
+
+    A class with fewer rows than its share gives all of them. size 0 keeps everything.
+    """
+    if size == 0 or size >= len(labels):
+        return np.arange(len(labels))
+    classes = np.unique(labels)
+    share = size // len(classes)
+    chosen = [rng.permutation(np.flatnonzero(labels == c))[:share] for c in classes]
+    return np.sort(np.concatenate(chosen))

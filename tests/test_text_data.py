@@ -1,0 +1,159 @@
+"""Real-text data: sources (offline mirror), tokenizers, vocabulary, subsampling, and prepare's bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from pipelines import prepare
+from tests.helpers import ROOT
+from toksel.config import DataConfig
+from toksel.data.corpus import PackedSplit
+from toksel.data.sources import balanced_subsample, load_text_split
+from toksel.data.token_table import read_token_table
+from toksel.data.tokenize import train_tokenizer, word_tokens
+from toksel.data.vocabulary import UNKNOWN, build_vocabulary
+from toksel.errors import ToksError
+from toksel.theory.frequency import average_signed_frequency, class_signed_frequency
+
+TRAIN = pd.DataFrame({
+    "text": ["A great movie!<br /><br />Great acting.", "Great fun, great cast", "Loved it. Great!",
+             "Awful plot... awful", "Boring, awful and dull.", "Dull<br/>dull dull", "Great? No: awful."],
+    "label": [1, 1, 1, 0, 0, 0, 0],
+})
+TEST = pd.DataFrame({"text": ["great unseenword", "awful dull"], "label": [1, 0]})
+
+
+def write_mirror(folder, name="tiny", train=TRAIN, test=TEST):
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    train.to_parquet(folder / name / "train.parquet")
+    test.to_parquet(folder / name / "test.parquet")
+
+
+@pytest.fixture
+def mirror_project(project, monkeypatch):
+    """The project with a `tiny` hub dataset whose files come from a mirror in the project folder."""
+    write_mirror(project / "mirror")
+    monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(project / "mirror"))
+    params = OmegaConf.load(project / "params.yaml")
+    params.datasets.tiny = {"data": {"source": "hub", "hub_id": "example/tiny"}, "model": {"d": 32},
+                            "one_step": {}, "gradient_flow": {}}
+    OmegaConf.save(params, project / "params.yaml")
+    return project
+
+
+def test_word_tokenizer_lowercases_drops_line_breaks_and_splits_punctuation():
+    assert word_tokens("It's GREAT!<br /><br />Really...") == ["it's", "great", "!", "really", ".", ".", "."]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_subword_tokenizers_train_on_the_split(kind):
+    tokenize = train_tokenizer(kind, TRAIN["text"].tolist() * 20, vocab_size=120)
+    tokens = tokenize(["Great acting<br />AWFUL plot"])[0]
+    assert "<" not in "".join(tokens) and all(token == token.lower() for token in tokens)
+    assert len(tokens) >= 4
+
+
+def test_vocabulary_filters_by_count_and_maps_the_rest_to_unk():
+    lists = [["b", "a", "a"], ["a", "c", "b"], ["d"]]
+    assert build_vocabulary(lists).words == [UNKNOWN, "a", "b", "c", "d"]
+    vocab = build_vocabulary(lists, min_count=2)
+    assert vocab.words == [UNKNOWN, "a", "b"]
+    assert build_vocabulary(lists, max_vocab=1).words == [UNKNOWN, "a"]
+    encoded = vocab.encode([["a", "z", "b", "a"]], max_len=3)
+    assert encoded[0].tolist() == [1, 0, 2]
+
+
+def test_balanced_subsample_is_seeded_and_balanced():
+    labels = np.array([0] * 30 + [1] * 70)
+    rows = balanced_subsample(labels, 40, np.random.default_rng(0))
+    assert np.bincount(labels[rows]).tolist() == [20, 20]
+    assert rows.tolist() == balanced_subsample(labels, 40, np.random.default_rng(0)).tolist()
+    assert len(balanced_subsample(labels, 0, np.random.default_rng(0))) == 100
+
+
+def test_class_signed_frequency_matches_alpha_for_two_classes_and_its_definition_for_three():
+    rng = np.random.default_rng(0)
+    sequences = [rng.integers(0, 9, size=rng.integers(2, 9)) for _ in range(40)]
+    binary = PackedSplit.from_sequences(sequences, rng.integers(0, 2, size=40), 9)
+    np.testing.assert_allclose(class_signed_frequency(binary, 2)[1], average_signed_frequency(binary) / 2,
+                               atol=1e-15)
+    labels = rng.integers(0, 3, size=40)
+    three = PackedSplit.from_sequences(sequences, labels, 9)
+    expected = np.zeros((3, 9))
+    for sequence, label in zip(sequences, labels, strict=True):
+        for k in range(3):
+            for token in sequence:
+                expected[k, token] += ((label == k) - 1 / 3) / len(sequence) / 40
+    np.testing.assert_allclose(class_signed_frequency(three, 3), expected, atol=1e-15)
+
+
+def test_prepare_packs_a_mirror_dataset_with_unk_left_out_of_the_statistics(mirror_project):
+    assert prepare.main(["dataset=tiny"]) == 0
+    tokens = read_token_table(mirror_project / "data" / "processed" / "tiny" / "tokens.csv")
+    assert tokens["word"].iloc[0] == UNKNOWN and tokens["special"].iloc[0]
+    assert np.isnan(tokens["alpha"].iloc[0]) and tokens["count_positive"].iloc[0] == 0
+    great = tokens.set_index("word").loc["great"]
+    assert great["count_positive"] == 5 and great["count_negative"] == 1 and great["alpha"] > 0
+    assert tokens.set_index("word").loc["awful", "posterior_difference"] == -1
+    assert "<" not in set(tokens["word"]) and "br" not in set(tokens["word"])
+    test = PackedSplit.load(mirror_project / "data" / "processed" / "tiny" / "test.npz")
+    assert test.seq_tokens[1] == 0  # "unseenword" -> <unk>
+    assert tokens["important"].sum() >= 1
+
+
+def test_a_real_mirror_dataset_prepares_when_the_shared_mirror_is_there(project, monkeypatch):
+    shared = ROOT.parent / "shared" / "data"
+    if not (shared / "imdb" / "train.parquet").exists():
+        pytest.skip("no shared data mirror next to the project")
+    monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(shared))
+    params = OmegaConf.load(project / "params.yaml")
+    params.datasets.imdb = {"data": {"source": "hub", "hub_id": "stanfordnlp/imdb", "max_train": 200,
+                                     "max_test": 100, "max_len": 64}, "model": {}, "one_step": {},
+                            "gradient_flow": {}}
+    OmegaConf.save(params, project / "params.yaml")
+    assert prepare.main(["dataset=imdb"]) == 0
+    train = PackedSplit.load(project / "data" / "processed" / "imdb" / "train.npz")
+    assert train.n == 200 and np.bincount(train.labels).tolist() == [100, 100] and train.lengths.max() == 64
+
+
+def _bad_input_cases(project):
+    folder = project / "mirror"
+    return {
+        "unknown dataset": (["dataset=nosuch"], "unknown dataset 'nosuch'"),
+        "missing mirror file": (lambda: (folder / "tiny" / "test.parquet").unlink(), "mirror file"),
+        "wrong columns": (lambda: write_mirror(folder, train=TRAIN.rename(columns={"text": "review"})),
+                          "has no column text"),
+        "empty split": (lambda: write_mirror(folder, train=TRAIN.iloc[:0]), "is empty"),
+        "labels outside the classes": (lambda: write_mirror(folder, test=TEST.assign(label=[1, 2])),
+                                       "labels [2] lie outside 0 .. 1"),
+        "single class": (lambda: write_mirror(folder, test=TEST.assign(label=[1, 1])), "single class"),
+        "max_len <= 0": (["data.max_len=0"], "data.max_len = 0 is out of range"),
+    }
+
+
+@pytest.mark.parametrize("case", ["unknown dataset", "missing mirror file", "wrong columns", "empty split",
+                                  "labels outside the classes", "single class", "max_len <= 0"])
+def test_bad_input_exits_2_with_one_line_and_overwrites_nothing(mirror_project, capsys, case):
+    assert prepare.main(["dataset=tiny"]) == 0
+    out = mirror_project / "data" / "processed" / "tiny"
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    capsys.readouterr()
+    change, message = _bad_input_cases(mirror_project)[case]
+    arguments = ["dataset=tiny"]
+    if callable(change):
+        change()
+    else:
+        arguments = [*arguments, *change] if change[0].startswith("data.") else change
+    assert prepare.main(arguments) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and message in error[0], error
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_the_hub_path_fails_clearly_offline(monkeypatch):
+    monkeypatch.delenv("TOKSEL_DATA_MIRROR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ToksError, match="could not load 'stanfordnlp/imdb'.*TOKSEL_DATA_MIRROR"):
+        load_text_split("imdb", DataConfig(source="hub", hub_id="stanfordnlp/imdb"), "train")
