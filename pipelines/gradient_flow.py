@@ -6,14 +6,13 @@ import sys
 
 import numpy as np
 import pandas as pd
-import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz, write_csv, write_npz
-from toksel.models.one_layer import Bags
+from toksel.models.fused import FusedBags
 from toksel.paths import processed_dir, results_dir
 from toksel.theory.convergence import analyse_trajectory
 from toksel.tracking import StageRun
@@ -28,12 +27,12 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     train = PackedSplit.load(data / "train.npz")
     important = read_token_table(data / "tokens.csv")["important"].to_numpy(dtype=bool)
     embeddings = read_npz(results_dir("one_step", config.dataset) / "embeddings.npz", producer="one_step")
-    E1, p0, v = (torch.from_numpy(embeddings[name]) for name in ("E1", "p0", "v"))
+    E1, p0, v = embeddings["E1"], embeddings["p0"], embeddings["v"]
 
-    trajectory = run_gradient_flow(E1, p0, v, Bags.from_split(train), steps=settings.steps, lr=settings.lr,
+    trajectory = run_gradient_flow(E1, p0, v, FusedBags.from_split(train), steps=settings.steps, lr=settings.lr,
                                    normalized=settings.normalized, log_every=settings.log_every,
                                    progress=show_progress())
-    report = analyse_trajectory(trajectory, E1.numpy(), train, important, settings.selection_tol)
+    report = analyse_trajectory(trajectory, E1, train, important, settings.selection_tol)
     if not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "
               f"({report.n_constraints} constraints); cos_max_margin and normalized_margin are null",

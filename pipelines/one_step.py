@@ -11,7 +11,8 @@ from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import read_token_table
 from toksel.io import write_npz
-from toksel.models.one_layer import Bags, initialise
+from toksel.models.fused import FusedBags
+from toksel.models.one_layer import initialise
 from toksel.paths import processed_dir, results_dir
 from toksel.theory.one_step import alignment_metrics, one_gradient_step_on_embeddings
 from toksel.tracking import StageRun
@@ -24,9 +25,8 @@ def one_step(config: Config, run: StageRun) -> None:
     train = PackedSplit.load(data / "train.npz")
     tokens = read_token_table(data / "tokens.csv")
     init = initialise(train.vocab_size, config.model.d, config.base.seed)
-    E1 = one_gradient_step_on_embeddings(init.E, init.p, init.v, Bags.from_split(train), config.one_step.eta0)
-
-    E0, E1, p0, v = init.E.numpy(), E1.numpy(), init.p.numpy(), init.v.numpy()
+    E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
+    E1 = one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(train), config.one_step.eta0)
     occurring = np.flatnonzero(tokens["count_positive"] + tokens["count_negative"] > 0)
     metrics = alignment_metrics(E0, E1, v, tokens["alpha"].to_numpy(), config.one_step.eta0, occurring)
 

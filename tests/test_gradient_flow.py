@@ -1,10 +1,10 @@
 """Gradient flow on p with E frozen: |p_t| grows, the loss falls, the important tokens get selected."""
 
 import numpy as np
-import torch
 
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
-from toksel.models.one_layer import Bags, initialise
+from toksel.models.fused import FusedBags
+from toksel.models.one_layer import initialise
 from toksel.theory.convergence import analyse_trajectory
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.training.gradient_flow import run_gradient_flow
@@ -15,15 +15,16 @@ VOCAB = SyntheticVocabulary(n_positive=4, n_negative=4, n_irrelevant=24)
 def _one_step_case():
     split = generate_assumption1(VOCAB, 80, 6, np.random.default_rng(0))
     init = initialise(VOCAB.size, d=256, seed=0)
-    bags = Bags.from_split(split)
-    E1 = one_gradient_step_on_embeddings(init.E, init.p, init.v, bags, eta0=40.0)
-    return split, bags, init, E1
+    p0, v = init.p.numpy(), init.v.numpy()
+    bags = FusedBags.from_split(split)
+    E1 = one_gradient_step_on_embeddings(init.E.numpy(), p0, v, bags, eta0=40.0)
+    return split, bags, (p0, v), E1
 
 
 def test_plain_gd_selects_and_approaches_max_margin():
     split, bags, init, E1 = _one_step_case()
-    trajectory = run_gradient_flow(E1, init.p, init.v, bags, steps=3000, lr=100.0, log_every=100)
-    report = analyse_trajectory(trajectory, E1.numpy(), split, VOCAB.groups() != 0, tol=1e-4)
+    trajectory = run_gradient_flow(E1, *init, bags, steps=3000, lr=100.0, log_every=100)
+    report = analyse_trajectory(trajectory, E1, split, VOCAB.groups() != 0, tol=1e-4)
     metrics = report.final_metrics()
     assert metrics["loss_decreasing_fraction"] == 1.0 and metrics["p_norm_increasing_fraction"] == 1.0
     assert metrics["selection_fraction"] == 1.0
@@ -35,14 +36,14 @@ def test_plain_gd_selects_and_approaches_max_margin():
 
 def test_normalized_gd_converges_in_direction_without_nan():
     split, bags, init, E1 = _one_step_case()
-    trajectory = run_gradient_flow(E1, init.p, init.v, bags, steps=3000, lr=0.2, normalized=True, log_every=100)
+    trajectory = run_gradient_flow(E1, *init, bags, steps=3000, lr=0.2, normalized=True, log_every=100)
     assert np.isfinite(trajectory.p).all()
-    report = analyse_trajectory(trajectory, E1.numpy(), split, VOCAB.groups() != 0, tol=1e-4)
+    report = analyse_trajectory(trajectory, E1, split, VOCAB.groups() != 0, tol=1e-4)
     assert report.final_metrics()["cos_max_margin"] > 0.999
 
 
 def test_logs_first_every_kth_and_last_step():
     _, bags, init, E1 = _one_step_case()
-    trajectory = run_gradient_flow(E1, init.p, init.v, bags, steps=25, lr=1.0, log_every=10)
+    trajectory = run_gradient_flow(E1, *init, bags, steps=25, lr=1.0, log_every=10)
     assert trajectory.steps.tolist() == [0, 10, 20, 25]
-    assert torch.equal(torch.from_numpy(trajectory.p[0]), init.p)
+    assert np.array_equal(trajectory.p[0], init[0])

@@ -7,18 +7,16 @@ part of the update orthogonal to v small next to the part along v.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from toksel.models.one_layer import Bags, loss
+from toksel.models.fused import FusedBags, loss_and_token_gradients
 
 
 def one_gradient_step_on_embeddings(
-    E0: torch.Tensor, p0: torch.Tensor, v: torch.Tensor, bags: Bags, eta0: float
-) -> torch.Tensor:
-    """E1 = E0 - eta0 * grad_E L(p0, E0); p0 and v do not move."""
-    E = E0.detach().clone().requires_grad_(True)
-    (gradient,) = torch.autograd.grad(loss(E, p0, v, bags), E)
-    return E0 - eta0 * gradient
+    E0: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, eta0: float
+) -> np.ndarray:
+    """E1 = E0 - eta0 grad_E L(p0, E0), with grad_E L = (dL/da) p0^T + (dL/db) v^T; p0 and v do not move."""
+    _, grad_scores, grad_values = loss_and_token_gradients(E0 @ p0, E0 @ v, bags)
+    return E0 - eta0 * (np.outer(grad_scores, p0) + np.outer(grad_values, v))
 
 
 def alignment_metrics(
