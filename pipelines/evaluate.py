@@ -11,7 +11,7 @@ from toksel.checks import summary_markdown, theory_checks
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.token_table import read_token_table
-from toksel.io import read_json, read_npz, require_output, write_csv, write_text
+from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
 from toksel.paths import processed_dir, results_dir
 from toksel.plots import gradient_flow_figure, one_step_figure, save_figure, token_scores_figure
 from toksel.tracking import StageRun
@@ -21,6 +21,16 @@ SECTIONS = ("data", "one_step", "evaluate")
 
 def _metrics(stage: str, dataset: str) -> dict:
     return read_json(require_output(results_dir(stage, dataset) / "metrics.json", producer=stage))
+
+
+def top_tokens(scores: pd.DataFrame, count: int = 12) -> dict[str, list[str]]:
+    """The words with the largest E_s^T p_T, and the largest and smallest E_s^T v."""
+    words = scores.set_index("word")
+    return {
+        "top by E_s^T p": words["score_p"].nlargest(count).index.tolist(),
+        "top by E_s^T v": words["score_v"].nlargest(count).index.tolist(),
+        "bottom by E_s^T v": words["score_v"].nsmallest(count).index.tolist(),
+    }
 
 
 def _number(value: float | None, spec: str) -> str:
@@ -36,7 +46,7 @@ def evaluate(config: Config, run: StageRun) -> None:
     prepare, one_step, gradient_flow = (_metrics(stage, dataset) for stage in ("prepare", "one_step", "gradient_flow"))
 
     E0, E1, v, p_final = embeddings["E0"], embeddings["E1"], embeddings["v"], trajectory["p"][-1]
-    scores = tokens[["token", "token_type", "alpha", "posterior_difference"]].assign(
+    scores = tokens[["token", "word", "token_type", "alpha", "posterior_difference"]].assign(
         update_v=(E1 - E0) @ v, score_v=E1 @ v, score_p=E1 @ p_final)
     occurring = scores[np.isfinite(scores["posterior_difference"])]
 
@@ -53,16 +63,25 @@ def evaluate(config: Config, run: StageRun) -> None:
         save_figure(figure, out / name)
         run.log_artifact(out / name, "figures")
 
-    checks = theory_checks(one_step, gradient_flow, config.evaluate)
-    notes = [
-        f"Assumption 1 (needed by Lemma 4.4 and Theorem 4.3) holds for "
-        f"{_number(prepare.get('assumption1_fraction'), '.1%')} of the training sequences.",
-        f"Sequences with at least one important token selected: "
-        f"{_number(gradient_flow.get('selection_any_fraction'), '.1%')} (the paper's claim beyond Assumption 1).",
-        f"Margin ratio (normalised margin x |p_mm|, 1 at the max-margin direction): "
-        f"{_number(gradient_flow.get('margin_ratio'), '.4g')} after "
-        f"{_number(gradient_flow.get('steps'), '.0f')} steps.",
-    ]
+    synthetic = config.data.source == "synthetic"
+    checks = theory_checks(one_step, gradient_flow, config.evaluate, synthetic=synthetic)
+    notes = [f"E_s^T p_T: {_number(gradient_flow.get('score_p_important'), '.4g')} on average over the important "
+             f"tokens, {_number(gradient_flow.get('score_p_least_important'), '.4g')} over the least important "
+             f"tenth, after {_number(gradient_flow.get('steps'), '.0f')} steps (loss "
+             f"{_number(gradient_flow.get('loss'), '.4g')}, |p_T| = {_number(gradient_flow.get('p_norm'), '.4g')})."]
+    if synthetic:
+        notes += [
+            f"Assumption 1 (needed by Lemma 4.4 and Theorem 4.3) holds for "
+            f"{_number(prepare.get('assumption1_fraction'), '.1%')} of the training sequences.",
+            f"Sequences with at least one important token selected: "
+            f"{_number(gradient_flow.get('selection_any_fraction'), '.1%')} (the claim beyond Assumption 1).",
+            f"Margin ratio (normalised margin x |p_mm|, 1 at the max-margin direction): "
+            f"{_number(gradient_flow.get('margin_ratio'), '.4g')}.",
+        ]
+    top = top_tokens(occurring)
+    write_json(out / "top_tokens.json", top)
+    run.log_artifact(out / "top_tokens.json")
+    notes += [f"{label}: {', '.join(words)}" for label, words in top.items()]
     summary = summary_markdown(checks, f"toksel theory checks: {dataset}", list(figures), notes)
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")

@@ -14,7 +14,7 @@ from toksel.data.token_table import read_token_table
 from toksel.io import read_npz, write_csv, write_npz
 from toksel.models.fused import FusedBags
 from toksel.paths import processed_dir, results_dir
-from toksel.theory.convergence import analyse_trajectory
+from toksel.theory.convergence import analyse_trajectory, importance_scores
 from toksel.tracking import StageRun
 from toksel.training.gradient_flow import run_gradient_flow
 
@@ -25,15 +25,16 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     settings = config.gradient_flow
     data = processed_dir(config.dataset)
     train = PackedSplit.load(data / "train.npz")
-    important = read_token_table(data / "tokens.csv")["important"].to_numpy(dtype=bool)
+    tokens = read_token_table(data / "tokens.csv")
+    important = tokens["important"].to_numpy(dtype=bool)
     embeddings = read_npz(results_dir("one_step", config.dataset) / "embeddings.npz", producer="one_step")
     E1, p0, v = embeddings["E1"], embeddings["p0"], embeddings["v"]
 
     trajectory = run_gradient_flow(E1, p0, v, FusedBags.from_split(train), steps=settings.steps, lr=settings.lr,
                                    normalized=settings.normalized, log_every=settings.log_every,
                                    progress=show_progress())
-    report = analyse_trajectory(trajectory, E1, train, important, settings.selection_tol)
-    if not report.max_margin.solved:
+    report = analyse_trajectory(trajectory, E1, train, important, settings.selection_tol, settings.max_margin)
+    if settings.max_margin and not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "
               f"({report.n_constraints} constraints); cos_max_margin and normalized_margin are null",
               file=sys.stderr)
@@ -45,7 +46,8 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     write_csv(out / "history.csv", pd.DataFrame(report.history))
     curves = {name: values for name, values in report.history.items() if name != "step"}
     run.log_history(trajectory.steps, curves)
-    run.record_metrics(out / "metrics.json", report.final_metrics(), logged=curves)
+    metrics = {**report.final_metrics(), **importance_scores(E1 @ trajectory.p[-1], tokens)}
+    run.record_metrics(out / "metrics.json", metrics, logged=curves)
 
 
 def main(argv: list[str] | None = None) -> int:

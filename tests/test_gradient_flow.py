@@ -47,3 +47,13 @@ def test_logs_first_every_kth_and_last_step():
     trajectory = run_gradient_flow(E1, *init, bags, steps=25, lr=1.0, log_every=10)
     assert trajectory.steps.tolist() == [0, 10, 20, 25]
     assert np.array_equal(trajectory.p[0], init[0])
+
+
+def test_without_the_qp_the_direction_metrics_are_absent_not_invented():
+    split, bags, init, E1 = _one_step_case()
+    trajectory = run_gradient_flow(E1, *init, bags, steps=50, lr=100.0, log_every=10)
+    report = analyse_trajectory(trajectory, E1, split, VOCAB.groups() != 0, tol=1e-4, max_margin=False)
+    assert report.max_margin.status == "not requested" and report.n_constraints == 0
+    assert np.isnan(report.history["cos_max_margin"]).all()
+    assert np.isnan(report.final_metrics()["margin_ratio"])
+    assert report.history["selection_fraction"][-1] >= 0

@@ -157,3 +157,19 @@ def test_the_hub_path_fails_clearly_offline(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(ToksError, match="could not load 'stanfordnlp/imdb'.*TOKSEL_DATA_MIRROR"):
         load_text_split("imdb", DataConfig(source="hub", hub_id="stanfordnlp/imdb"), "train")
+
+
+def test_a_text_dataset_runs_through_every_stage(mirror_project):
+    from pipelines import evaluate, gradient_flow, one_step
+
+    small = ["dataset=tiny", "gradient_flow.steps=40", "gradient_flow.log_every=10", "gradient_flow.max_margin=false"]
+    for stage in (prepare, one_step, gradient_flow, evaluate):
+        assert stage.main(small) == 0, stage.__name__
+    results = mirror_project / "results"
+    summary = (results / "evaluate" / "tiny" / "summary.md").read_text()
+    assert "of 3 checks hold" in summary
+    assert "theorem43" not in summary and "top by E_s^T p:" in summary
+    top = (results / "evaluate" / "tiny" / "top_tokens.json").read_text()
+    assert "great" in top
+    metrics = (results / "gradient_flow" / "tiny" / "metrics.json").read_text()
+    assert '"cos_max_margin": null' in metrics and '"score_p_important"' in metrics

@@ -87,6 +87,7 @@ class GradientFlowConfig:
     log_every: int = bounded(100, ge=1, help="record loss, |p_t| and p_t every this many steps")
     selection_tol: float = bounded(1e-4, ge=0.0,
                                    help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
+    max_margin: bool = bounded(True, help="solve the max-margin QP of Theorem 4.3 (small data only)")
 
 
 @dataclass

@@ -70,8 +70,9 @@ def gradient_flow_figure(history: pd.DataFrame, max_margin_norm: float) -> plt.F
         ("selection_fraction", "selection fraction (Lemma 4.4)", 1.0),
         ("normalized_margin", r"normalised margin", 1 / max_margin_norm if np.isfinite(max_margin_norm) else None),
     )
-    figure, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-    for axis, (column, label, target) in zip(axes, panels, strict=True):
+    panels = tuple(panel for panel in panels if later[panel[0]].notna().any())  # no QP: no cos, no margin
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 3.8), squeeze=False)
+    for axis, (column, label, target) in zip(axes[0], panels, strict=True):
         axis.plot(step, later[column].to_numpy(), lw=1.5)
         if target is not None:
             axis.axhline(target, color="k", ls="--", lw=1, label="limit")

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from toksel.data.corpus import PackedSplit
+from toksel.errors import ToksError
 from toksel.theory.max_margin import (
     MaxMarginSolution,
     constraint_pairs,
@@ -42,15 +44,24 @@ class ConvergenceReport:
         }
 
 
+MAX_QP_CONSTRAINTS = 200_000
+
+
 def analyse_trajectory(
-    trajectory: Trajectory, E: np.ndarray, split: PackedSplit, important: np.ndarray, tol: float
+    trajectory: Trajectory, E: np.ndarray, split: PackedSplit, important: np.ndarray, tol: float,
+    max_margin: bool = True,
 ) -> ConvergenceReport:
+    """Selection along the trajectory and, if `max_margin`, the QP for the final selection."""
     def selection(p: np.ndarray) -> np.ndarray:
         return selected_entries(E @ p / np.linalg.norm(p), split, tol)
 
     selections = [selection(p) for p in trajectory.p]
-    pairs = constraint_pairs(selections[-1], split)
-    solution = solve_max_margin(E, pairs)
+    pairs = constraint_pairs(selections[-1], split) if max_margin else np.empty((0, 2), dtype=np.int64)
+    if len(pairs) > MAX_QP_CONSTRAINTS:
+        raise ToksError(f"the max-margin QP would have {len(pairs):,} constraints (limit {MAX_QP_CONSTRAINTS:,}): "
+                        "set gradient_flow.max_margin=false for this dataset")
+    solution = (solve_max_margin(E, pairs) if max_margin
+                else MaxMarginSolution("not requested", None, np.empty((0, E.shape[1]))))
     nan = np.full(len(trajectory.steps), np.nan)
     history = {
         "step": trajectory.steps,
@@ -64,3 +75,12 @@ def analyse_trajectory(
                               if len(pairs) else nan),
     }
     return ConvergenceReport(history=history, max_margin=solution, n_constraints=len(pairs))
+
+
+def importance_scores(scores: np.ndarray, tokens: pd.DataFrame) -> dict[str, float]:
+    """Mean E_s^T p over the important tokens and over the least important tenth (smallest |alpha_s|)."""
+    magnitude = tokens["alpha"].abs().to_numpy()
+    occurring = np.isfinite(magnitude) & (tokens["count_positive"] + tokens["count_negative"] > 0).to_numpy()
+    least = occurring & (magnitude <= np.quantile(magnitude[occurring], 0.1))
+    return {"score_p_important": float(scores[tokens["important"].to_numpy(dtype=bool)].mean()),
+            "score_p_least_important": float(scores[least].mean())}
