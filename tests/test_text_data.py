@@ -1,5 +1,8 @@
 """Real-text data: sources (offline mirror), tokenizers, vocabulary, subsampling, and prepare's bad input."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -103,9 +106,9 @@ def test_prepare_packs_a_mirror_dataset_with_unk_left_out_of_the_statistics(mirr
 
 
 def test_a_real_mirror_dataset_prepares_when_the_shared_mirror_is_there(project, monkeypatch):
-    shared = ROOT.parent / "shared" / "data"
+    shared = Path(os.environ.get("TOKSEL_DATA_MIRROR") or ROOT.parent / "shared" / "data")
     if not (shared / "imdb" / "train.parquet").exists():
-        pytest.skip("no shared data mirror next to the project")
+        pytest.skip("no data mirror: neither $TOKSEL_DATA_MIRROR nor ../shared/data holds imdb")
     monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(shared))
     params = OmegaConf.load(project / "params.yaml")
     params.datasets.imdb = {"data": {"source": "hub", "hub_id": "stanfordnlp/imdb", "max_train": 200,
