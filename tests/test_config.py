@@ -1,5 +1,8 @@
+import re
+
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
 from tests.helpers import ROOT
@@ -74,3 +77,31 @@ def test_help_lists_the_stage_keys_with_their_values(project, capsys):
     assert one_step.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "one_step.eta0=100.0" in out and "model.d=1024" in out and "gradient_flow." not in out
+
+
+def test_a_dataset_entry_overrides_the_shared_sections_and_the_command_line_overrides_both():
+    imdb = load_config(["dataset=imdb"], ROOT / "params.yaml")
+    assert imdb.dataset == "imdb" and imdb.data.source == "hub" and imdb.model.d == 2048
+    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.normalized is False  # shared default
+    assert load_config(["dataset=imdb", "model.d=64"], ROOT / "params.yaml").model.d == 64
+    assert load_config(path=ROOT / "params.yaml").model.d == 1024  # synthetic keeps the shared value
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"data": {"min_cont": 3}, "model": {}, "one_step": {}, "gradient_flow": {}},
+         "unknown key 'datasets.extra.data.min_cont'"),
+        ({"data": {}, "model": {"d": -1}, "one_step": {}, "gradient_flow": {}},
+         "datasets.extra.model.d = -1 is out of range"),
+        ({"data": {}, "model": {}}, "datasets.extra lacks the sections one_step, gradient_flow"),
+        ({"data": {"source": "hub"}, "model": {}, "one_step": {}, "gradient_flow": {}},
+         "datasets.extra.data.hub_id is empty"),
+    ],
+)
+def test_every_dataset_entry_is_validated_even_when_another_runs(tmp_path, entry, message):
+    params = OmegaConf.load(ROOT / "params.yaml")
+    params.datasets.extra = entry
+    OmegaConf.save(params, tmp_path / "params.yaml")
+    with pytest.raises(ToksError, match=re.escape(message)):
+        load_config([], tmp_path / "params.yaml")

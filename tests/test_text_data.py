@@ -176,3 +176,21 @@ def test_a_text_dataset_runs_through_every_stage(mirror_project):
     assert "great" in top
     metrics = (results / "gradient_flow" / "tiny" / "metrics.json").read_text()
     assert '"cos_max_margin": null' in metrics and '"score_p_important"' in metrics
+
+
+def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_project):
+    three = TRAIN.assign(label=[2, 2, 1, 0, 0, 1, 0])
+    write_mirror(mirror_project / "mirror", name="three", train=three, test=TEST.assign(label=[2, 0]))
+    params = OmegaConf.load(mirror_project / "params.yaml")
+    params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
+                             "model": {}, "one_step": {}, "gradient_flow": {}}
+    OmegaConf.save(params, mirror_project / "params.yaml")
+    assert prepare.main(["dataset=three"]) == 0
+    tokens = read_token_table(mirror_project / "data" / "processed" / "three" / "tokens.csv")
+    assert tokens["alpha"].isna().all() and (tokens["count_positive"] == 0).all()  # no binary reading
+    words = tokens[~tokens["special"]]
+    alphas = words[[f"alpha_class_{k}" for k in range(3)]].to_numpy()
+    np.testing.assert_allclose(alphas.sum(axis=1), 0, atol=1e-15)  # sum_k (1{y = k} - 1/K) = 0
+    dull = words.set_index("word").loc["dull"]
+    assert [dull[f"count_class_{k}"] for k in range(3)] == [1, 3, 0]
+    assert dull["alpha_class_1"] > 0 > dull["alpha_class_2"]

@@ -16,7 +16,9 @@ from toksel.data.token_table import token_table, top_decile_by_abs_alpha
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
 from toksel.theory.frequency import (
+    TokenStatistics,
     assumption1_fraction,
+    class_counts,
     class_signed_frequency,
     token_statistics,
     without_tokens,
@@ -70,10 +72,10 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
                                                    text_split.labels[keep], vocab.size)
     special = np.array([word == UNKNOWN for word in vocab.words])
     statistics = without_tokens(token_statistics(splits["train"]), special)
-    table = token_table(statistics, vocab.words, top_decile_by_abs_alpha(statistics.alpha), special)
-    if data.num_classes > 2:
-        for k, alpha_k in enumerate(class_signed_frequency(splits["train"], data.num_classes)):
-            table[f"alpha_class_{k}"] = np.where(special, np.nan, alpha_k)
+    if data.num_classes == 2:
+        table = token_table(statistics, vocab.words, top_decile_by_abs_alpha(statistics.alpha), special)
+    else:
+        table = multiclass_token_table(splits["train"], data.num_classes, vocab.words, special)
     test_unknown = np.isin(splits["test"].seq_tokens, np.flatnonzero(special)).mean()
     return PreparedDataset(splits, table, {
         "unknown_rate_test": float(test_unknown),
@@ -81,6 +83,24 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
         "dropped_empty_test": dropped["test"],
         "seconds": time.perf_counter() - start,
     })
+
+
+def multiclass_token_table(train: PackedSplit, num_classes: int, words: list[str],
+                           special: np.ndarray) -> pd.DataFrame:
+    """For K > 2 classes the binary columns stay empty; per class k: counts and the class-k signed frequency.
+
+    Important tokens: the tenth with the largest max_k |alpha_s^(k)|.
+    """
+    counts = np.where(special, 0, class_counts(train, num_classes))
+    alphas = np.where(special, np.nan, class_signed_frequency(train, num_classes))
+    empty = np.full(len(words), np.nan)
+    blank = TokenStatistics(np.zeros(len(words), dtype=np.int64), np.zeros(len(words), dtype=np.int64), empty,
+                            empty, np.zeros(len(words), dtype=np.int64))
+    table = token_table(blank, words, top_decile_by_abs_alpha(np.abs(alphas).max(axis=0)), special)
+    for k in range(num_classes):
+        table[f"count_class_{k}"] = counts[k]
+        table[f"alpha_class_{k}"] = alphas[k]
+    return table
 
 
 def summary_metrics(prepared: PreparedDataset) -> dict[str, float]:
@@ -92,6 +112,6 @@ def summary_metrics(prepared: PreparedDataset) -> dict[str, float]:
         "n_test": test.n,
         "nnz_train": len(train.bag_tokens),
         "mean_length": float(train.lengths.mean()),
-        "positive_label_fraction": float((train.labels == 1).mean()),
+        "positive_label_fraction": float((train.labels == 1).mean()),  # label 1's share for K > 2
         **prepared.metrics,
     }

@@ -33,5 +33,7 @@ def write_token_table(path: Path, table: pd.DataFrame) -> None:
 
 
 def read_token_table(path: Path) -> pd.DataFrame:
-    return pd.read_csv(require_output(path, producer="prepare"), keep_default_na=False,
-                       na_values={"alpha": [""], "posterior_difference": [""]})
+    # Only the number columns may be empty (NaN); a word such as "nan" or "null" stays a word.
+    header = pd.read_csv(require_output(path, producer="prepare"), nrows=0).columns
+    numbers = {column: [""] for column in header if column != "word"}
+    return pd.read_csv(path, keep_default_na=False, na_values=numbers)

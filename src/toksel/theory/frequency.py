@@ -87,6 +87,13 @@ def class_signed_frequency(split: PackedSplit, num_classes: int) -> np.ndarray:
     ])
 
 
+def class_counts(split: PackedSplit, num_classes: int) -> np.ndarray:
+    """(K, |S|): occurrences of each token in the sequences of each class."""
+    labels = split.labels[split.bag_rows]
+    return np.stack([np.bincount(split.bag_tokens[labels == k], weights=split.bag_counts[labels == k],
+                                 minlength=split.vocab_size) for k in range(num_classes)]).astype(np.int64)
+
+
 def without_tokens(statistics: TokenStatistics, excluded: np.ndarray) -> TokenStatistics:
     """The statistics with `excluded` tokens (such as <unk>) left out: no counts, alpha and posterior NaN."""
     def blank(values: np.ndarray, fill: float) -> np.ndarray:
