@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import pandas as pd
 
 from toksel.checks import summary_markdown, theory_checks
 from toksel.cli import run_stage
 from toksel.config import Config
-from toksel.data.token_table import read_token_table
+from toksel.data.token_table import occurring, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
 from toksel.paths import processed_dir, results_dir
 from toksel.plots import gradient_flow_figure, one_step_figure, save_figure, token_scores_figure
@@ -48,14 +47,14 @@ def evaluate(config: Config, run: StageRun) -> None:
     E0, E1, v, p_final = embeddings["E0"], embeddings["E1"], embeddings["v"], trajectory["p"][-1]
     scores = tokens[["token", "word", "token_type", "alpha", "posterior_difference"]].assign(
         update_v=(E1 - E0) @ v, score_v=E1 @ v, score_p=E1 @ p_final)
-    occurring = scores[np.isfinite(scores["posterior_difference"])]
+    present = scores[occurring(tokens)]
 
     out = results_dir("evaluate", dataset)
-    write_csv(out / "token_scores.csv", occurring)
+    write_csv(out / "token_scores.csv", present)
     figures = {
-        "token_scores.png": token_scores_figure(occurring, f"{dataset}: E1 after one step, p after gradient flow"),
-        "one_step.png": one_step_figure(occurring["alpha"].to_numpy(), occurring["update_v"].to_numpy(),
-                                        occurring["token_type"].to_numpy(), config.one_step.eta0,
+        "token_scores.png": token_scores_figure(present, f"{dataset}: E1 after one step, p after gradient flow"),
+        "one_step.png": one_step_figure(present["alpha"].to_numpy(), present["update_v"].to_numpy(),
+                                        present["token_type"].to_numpy(), config.one_step.eta0,
                                         one_step["slope"]),
         "gradient_flow.png": gradient_flow_figure(history, gradient_flow.get("max_margin_norm") or float("nan")),
     }
@@ -78,7 +77,7 @@ def evaluate(config: Config, run: StageRun) -> None:
             f"Margin ratio (normalised margin x |p_mm|, 1 at the max-margin direction): "
             f"{_number(gradient_flow.get('margin_ratio'), '.4g')}.",
         ]
-    top = top_tokens(occurring)
+    top = top_tokens(present)
     write_json(out / "top_tokens.json", top)
     run.log_artifact(out / "top_tokens.json")
     notes += [f"{label}: {', '.join(words)}" for label, words in top.items()]

@@ -9,7 +9,7 @@ import numpy as np
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import read_token_table
+from toksel.data.token_table import occurring, read_token_table
 from toksel.io import write_npz
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
@@ -27,8 +27,8 @@ def one_step(config: Config, run: StageRun) -> None:
     init = initialise(train.vocab_size, config.model.d, config.base.seed)
     E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
     E1 = one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(train), config.one_step.eta0)
-    occurring = np.flatnonzero(tokens["count_positive"] + tokens["count_negative"] > 0)
-    metrics = alignment_metrics(E0, E1, v, tokens["alpha"].to_numpy(), config.one_step.eta0, occurring)
+    metrics = alignment_metrics(E0, E1, v, tokens["alpha"].to_numpy(), config.one_step.eta0,
+                                np.flatnonzero(occurring(tokens)))
 
     out = results_dir("one_step", config.dataset)
     write_npz(out / "embeddings.npz", E0=E0, E1=E1, p0=p0, v=v)

@@ -42,15 +42,15 @@ def theory_checks(one_step: dict, gradient_flow: dict, thresholds: EvaluateConfi
         Check("lemma42_p_norm_increasing", "Lemma 4.2: the norm of p_t grows (to infinity) under gradient flow",
               gradient_flow.get("p_norm_increasing_fraction"), ">=", 1.0),
     ]
-    if not synthetic:
-        return checks
-    return [
-        *checks,
-        Check("lemma44_selection_fraction", "Lemma 4.4: p_t selects the important tokens of every sequence",
-              gradient_flow.get("selection_fraction"), ">=", thresholds.min_selection_fraction),
-        Check("theorem43_cos_max_margin", "Theorem 4.3: the direction of p_t converges to the max-margin direction",
-              gradient_flow.get("cos_max_margin"), ">=", thresholds.min_cos_max_margin),
-    ]
+    if synthetic:
+        checks += [
+            Check("lemma44_selection_fraction", "Lemma 4.4: p_t selects the important tokens of every sequence",
+                  gradient_flow.get("selection_fraction"), ">=", thresholds.min_selection_fraction),
+            Check("theorem43_cos_max_margin",
+                  "Theorem 4.3: the direction of p_t converges to the max-margin direction",
+                  gradient_flow.get("cos_max_margin"), ">=", thresholds.min_cos_max_margin),
+        ]
+    return checks
 
 
 def summary_markdown(checks: list[Check], title: str, figures: list[str], notes: Sequence[str] = ()) -> str:

@@ -30,7 +30,8 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     if any(arg in ("-h", "--help") for arg in argv):
         print(f"usage: python -m pipelines.{stage} [key=value ...]\n\nkeys, with their values in params.yaml:")
         try:
-            print("\n".join(describe(load_config(), sections)))
+            overrides = [arg for arg in argv if arg not in ("-h", "--help")]
+            print("\n".join(describe(load_config(overrides), sections)))
         except ToksError as error:
             print(f"  ({error})")
         return 0

@@ -80,8 +80,8 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
 
-    def __init__(self, client: Any, run_id: str, parent_id: str) -> None:
-        self.client, self.run_id, self.parent_id = client, run_id, parent_id
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client, self.run_id = client, run_id
 
     def record_metrics(self, path: Path, metrics: Mapping[str, float], logged: Iterable[str] = ()) -> None:
         """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow.
@@ -89,7 +89,8 @@ class StageRun:
         Names in `logged` already ended their MLflow history (log_history) on these final values.
         """
         write_json(path, dict(metrics))
-        self.log_metrics({name: value for name, value in metrics.items() if name not in set(logged)})
+        logged = set(logged)
+        self.log_metrics({name: value for name, value in metrics.items() if name not in logged})
 
     def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
         self._log_points((name, value, step) for name, value in metrics.items())
@@ -170,7 +171,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator
     _log_params_file(client, run_id)
     status = "FAILED"
     try:
-        yield StageRun(client, run_id, parent_id)
+        yield StageRun(client, run_id)
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)

@@ -12,7 +12,7 @@ from toksel.config import DataConfig
 from toksel.data.corpus import PackedSplit
 from toksel.data.sources import balanced_subsample, load_text_split
 from toksel.data.synthetic import SyntheticVocabulary, generate
-from toksel.data.token_table import token_table, top_decile_by_abs_alpha
+from toksel.data.token_table import token_table, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
 from toksel.theory.frequency import (
@@ -71,9 +71,9 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
         splits[split] = PackedSplit.from_sequences([s for s, k in zip(ids, keep, strict=True) if k],
                                                    text_split.labels[keep], vocab.size)
     special = np.array([word == UNKNOWN for word in vocab.words])
-    statistics = without_tokens(token_statistics(splits["train"]), special)
     if data.num_classes == 2:
-        table = token_table(statistics, vocab.words, top_decile_by_abs_alpha(statistics.alpha), special)
+        statistics = without_tokens(token_statistics(splits["train"]), special)
+        table = token_table(statistics, vocab.words, top_decile(np.abs(statistics.alpha)), special)
     else:
         table = multiclass_token_table(splits["train"], data.num_classes, vocab.words, special)
     test_unknown = np.isin(splits["test"].seq_tokens, np.flatnonzero(special)).mean()
@@ -96,7 +96,7 @@ def multiclass_token_table(train: PackedSplit, num_classes: int, words: list[str
     empty = np.full(len(words), np.nan)
     blank = TokenStatistics(np.zeros(len(words), dtype=np.int64), np.zeros(len(words), dtype=np.int64), empty,
                             empty, np.zeros(len(words), dtype=np.int64))
-    table = token_table(blank, words, top_decile_by_abs_alpha(np.abs(alphas).max(axis=0)), special)
+    table = token_table(blank, words, top_decile(np.abs(alphas).max(axis=0)), special)
     for k in range(num_classes):
         table[f"count_class_{k}"] = counts[k]
         table[f"alpha_class_{k}"] = alphas[k]

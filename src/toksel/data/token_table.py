@@ -21,11 +21,16 @@ def token_table(statistics: TokenStatistics, words: list[str], important: np.nda
     return table
 
 
-def top_decile_by_abs_alpha(alpha: np.ndarray) -> np.ndarray:
-    """Important tokens of real data: the tenth of the (non-NaN) tokens with the largest |alpha_s|."""
-    magnitude = np.abs(alpha)
-    threshold = np.nanquantile(magnitude, 0.9)
-    return np.nan_to_num(magnitude, nan=-1.0) >= threshold
+def top_decile(importance: np.ndarray) -> np.ndarray:
+    """Important tokens of real data: the tenth of the (non-NaN) tokens with the largest importance
+    (|alpha_s|, or max_k |alpha_s^(k)| for more than two classes)."""
+    threshold = np.nanquantile(importance, 0.9)
+    return np.nan_to_num(importance, nan=-np.inf) >= threshold
+
+
+def occurring(table: pd.DataFrame) -> np.ndarray:
+    """Tokens that occur in the training split and are not special: the ones with statistics."""
+    return np.isfinite(table["alpha"].to_numpy()) & (table["count_positive"] + table["count_negative"] > 0).to_numpy()
 
 
 def write_token_table(path: Path, table: pd.DataFrame) -> None:

@@ -57,14 +57,6 @@ def _softmax(shifted: torch.Tensor, bags: Bags) -> torch.Tensor:
     return unnormalised / bags.row_sum(unnormalised)[bags.rows]
 
 
-def attention_weights(scores: torch.Tensor, bags: Bags) -> torch.Tensor:
-    """q_{X,s} = c_{X,s} exp(a_s) / sum_s' c_{X,s'} exp(a_s'), one value per stored entry.
-
-    `scores` are the token scores a = E p, one per vocabulary entry.
-    """
-    return _softmax(_shifted(scores[bags.tokens], bags), bags)
-
-
 def attention_output(scores: torch.Tensor, values: torch.Tensor, bags: Bags) -> torch.Tensor:
     """f(X) for every sequence, from token scores a = E p and token values b = E v.
 
