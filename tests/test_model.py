@@ -5,33 +5,35 @@ import pytest
 import torch
 
 from toksel.data.corpus import PackedSplit
-from toksel.models.one_layer import Bags, dense_forward, forward, initialise, logistic_loss
+from toksel.models.one_layer import Bags, classification_loss, dense_forward, forward, initialise
 
 
-def _case(seed=0, n=25, vocab=12, T=7, d=16):
+def _case(seed=0, n=25, vocab=12, T=7, d=16, num_classes=2):
     rng = np.random.default_rng(seed)
     # Small vocabulary and long sequences: many repeated tokens, so the counts matter.
     tokens = rng.integers(0, vocab, size=(n, T))
-    split = PackedSplit.from_sequences(list(tokens), rng.integers(0, 2, size=n), vocab)
-    init = initialise(vocab, d, seed)
+    split = PackedSplit.from_sequences(list(tokens), rng.integers(0, num_classes, size=n), vocab)
+    init = initialise(vocab, d, seed, num_classes=num_classes)
     return split, init
 
 
-def _values_and_gradients(model, E, p, v, inputs, y):
+def _values_and_gradients(model, E, p, v, inputs, bags):
     E, p, v = (t.detach().clone().requires_grad_(True) for t in (E, p, v))
     f = model(E, p, v, inputs)
-    loss = logistic_loss(f, y)
+    loss = classification_loss(f, bags)
     return (f.detach(), loss.detach(), *torch.autograd.grad(loss, (E, p, v)))
 
 
+@pytest.mark.parametrize("num_classes", [2, 3])
 @pytest.mark.parametrize("p_norm", [None, 1e2, 1e4])
-def test_bag_of_tokens_equals_dense_form_with_gradients(p_norm):
-    split, init = _case()
+def test_bag_of_tokens_equals_dense_form_with_gradients(p_norm, num_classes):
+    split, init = _case(num_classes=num_classes)
     p = init.p if p_norm is None else init.p / init.p.norm() * p_norm
     bags = Bags.from_split(split)
     X = torch.from_numpy(split.dense_sequences())
-    sparse = _values_and_gradients(forward, init.E, p, init.v, bags, bags.y)
-    dense = _values_and_gradients(dense_forward, init.E, p, init.v, X, bags.y)
+    sparse = _values_and_gradients(forward, init.E, p, init.v, bags, bags)
+    dense = _values_and_gradients(dense_forward, init.E, p, init.v, X, bags)
+    assert sparse[0].shape == ((split.n,) if num_classes == 2 else (split.n, num_classes))
     for name, a, b in zip(("f", "loss", "dE", "dp", "dv"), sparse, dense, strict=True):
         assert torch.isfinite(a).all(), name
         scale = max(b.abs().max().item(), 1e-300)
@@ -44,7 +46,7 @@ def test_saturated_softmax_keeps_a_tiny_gradient_exact():
     bags = Bags.from_split(split)
     direction = init.p / init.p.norm()
     p = direction * 60.0 / _smallest_gap(split, (init.E @ direction).numpy())  # every exp(-gap |p|) < 1e-26
-    gradient = _values_and_gradients(forward, init.E, p, init.v, bags, bags.y)[3].numpy()
+    gradient = _values_and_gradients(forward, init.E, p, init.v, bags, bags)[3].numpy()
     reference = _exact_p_gradient(split, init.E.numpy(), p.numpy(), init.v.numpy())
     assert 0 < np.abs(reference).max() < 1e-20  # far below the rounding error of f itself
     np.testing.assert_allclose(gradient, reference, rtol=1e-6, atol=1e-9 * np.abs(reference).max())
@@ -95,3 +97,12 @@ def test_initialisation_is_seeded_with_the_stated_scales():
     assert torch.equal(a.E, b.E) and torch.equal(a.p, b.p) and torch.equal(a.v, b.v)
     assert abs(a.v.norm().item() - 1) < 1e-12
     assert abs(a.E.var().item() * 400 - 1) < 0.02  # E_s ~ N(0, I/d)
+
+
+def test_multiclass_initialisation_has_orthonormal_output_vectors():
+    V = initialise(50, 64, seed=0, num_classes=5).v
+    assert V.shape == (64, 5)
+    torch.testing.assert_close(V.T @ V, torch.eye(5, dtype=V.dtype), rtol=0, atol=1e-12)
+    # The binary draws are those of a two-class initialisation: E, p and v unchanged by the option.
+    two, five = initialise(50, 64, seed=0), initialise(50, 64, seed=0, num_classes=5)
+    assert torch.equal(two.E, five.E) and torch.equal(two.p, five.p)

@@ -1,5 +1,8 @@
 """The one-layer model f(X) = softmax(p^T E_X^T) E_X v, in its bag-of-tokens form.
 
+Two classes: one output vector v and the logistic loss (the paper). K > 2 classes: K output vectors, the columns
+of V (d, K), giving K logits softmax(p^T E_X^T) E_X V, and the cross-entropy (the rebuttal's multi-class model).
+
 There are no positions, so only the counts c_{X,s} of each token matter:
 
     f(X) = sum_s c_{X,s} exp(a_s) b_s / sum_s c_{X,s} exp(a_s),   a = E p,  b = E v.
@@ -24,7 +27,8 @@ class Bags:
     rows: torch.Tensor  # (nnz,) sequence index of each entry
     tokens: torch.Tensor  # (nnz,) token id
     counts: torch.Tensor  # (nnz,) c_{X,s}, float
-    y: torch.Tensor  # (n,) labels in {-1, +1}, float
+    y: torch.Tensor  # (n,) labels in {-1, +1}, float (two classes)
+    labels: torch.Tensor  # (n,) labels in 0 .. K-1, long
     n: int
 
     @classmethod
@@ -34,11 +38,13 @@ class Bags:
             tokens=torch.from_numpy(split.bag_tokens),
             counts=torch.from_numpy(split.bag_counts).to(dtype),
             y=torch.from_numpy(2 * split.labels - 1).to(dtype),
+            labels=torch.from_numpy(split.labels),
             n=split.n,
         )
 
     def row_sum(self, values: torch.Tensor) -> torch.Tensor:
-        return values.new_zeros(self.n).index_add(0, self.rows, values)
+        """Sum over each sequence's entries; values (nnz,) or (nnz, K)."""
+        return values.new_zeros((self.n, *values.shape[1:])).index_add(0, self.rows, values)
 
     def row_max(self, values: torch.Tensor) -> torch.Tensor:
         return values.new_zeros(self.n).scatter_reduce(0, self.rows, values, "amax", include_self=False)
@@ -57,8 +63,14 @@ def _softmax(shifted: torch.Tensor, bags: Bags) -> torch.Tensor:
     return unnormalised / bags.row_sum(unnormalised)[bags.rows]
 
 
+def _per_entry(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """(nnz,) weights shaped to multiply (nnz,) or (nnz, K) values."""
+    return weights.reshape(-1, *[1] * (values.dim() - 1))
+
+
 def attention_output(scores: torch.Tensor, values: torch.Tensor, bags: Bags) -> torch.Tensor:
-    """f(X) for every sequence, from token scores a = E p and token values b = E v.
+    """f(X) for every sequence, from token scores a = E p and token values b = E v ((|S|,) -> (n,)), or
+    B = E V ((|S|, K) -> (n, K)).
 
     Computed as f = b_r + sum_s q_s (b_s - b_r), with r a top-scoring token of X (an identity, as the q_s sum
     to 1). When the softmax saturates on r, the gradient is a sum of tiny terms; in this form each is exact,
@@ -67,8 +79,10 @@ def attention_output(scores: torch.Tensor, values: torch.Tensor, bags: Bags) -> 
     shifted, entry_values = _shifted(scores[bags.tokens], bags), values[bags.tokens]
     top = (shifted.detach() == 0).to(values.dtype)
     # Mean value of the top-scoring tokens; detached, since df/db_r = 1 - sum_s q_s = 0 exactly.
-    reference = bags.row_sum(entry_values.detach() * top) / bags.row_sum(top)
-    return reference + bags.row_sum(_softmax(shifted, bags) * (entry_values - reference[bags.rows]))
+    reference = bags.row_sum(entry_values.detach() * _per_entry(top, entry_values))
+    reference = reference / _per_entry(bags.row_sum(top), reference)
+    attention = _per_entry(_softmax(shifted, bags), entry_values)
+    return reference + bags.row_sum(attention * (entry_values - reference[bags.rows]))
 
 
 def forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, bags: Bags) -> torch.Tensor:
@@ -80,27 +94,40 @@ def logistic_loss(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.softplus(-y * f).mean()
 
 
+def classification_loss(f: torch.Tensor, bags: Bags) -> torch.Tensor:
+    """The logistic loss for one output per sequence, the cross-entropy for K."""
+    return logistic_loss(f, bags.y) if f.dim() == 1 else torch.nn.functional.cross_entropy(f, bags.labels)
+
+
 def loss(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, bags: Bags) -> torch.Tensor:
-    return logistic_loss(forward(E, p, v, bags), bags.y)
+    return classification_loss(forward(E, p, v, bags), bags)
 
 
 def dense_forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """Reference: softmax(p^T E_X^T) E_X v with E_X gathered as an (n, T, d) array. Tests only."""
     E_X = E[X]
     attention = torch.softmax(E_X @ p, dim=1)
-    return (attention * (E_X @ v)).sum(dim=1)
+    return torch.einsum("nt,nt...->n...", attention, E_X @ v)
 
 
 @dataclass(frozen=True)
 class Initialisation:
     E: torch.Tensor  # (|S|, d), rows ~ N(0, I/d)
     p: torch.Tensor  # (d,) ~ N(0, I/d)
-    v: torch.Tensor  # (d,) a fixed unit vector: a Gaussian draw, normalised
+    v: torch.Tensor  # (d,) a fixed unit vector, a Gaussian draw normalised; (d, K) orthonormal columns for K > 2
 
 
-def initialise(vocab_size: int, d: int, seed: int, dtype: torch.dtype = torch.float64) -> Initialisation:
+def initialise(vocab_size: int, d: int, seed: int, dtype: torch.dtype = torch.float64,
+               num_classes: int = 2) -> Initialisation:
+    """E and p ~ N(0, I/d); v a random unit vector, or for K > 2 classes K random orthonormal vectors (the
+    rebuttal's one-step formula holds for (nearly) orthonormal v_k)."""
+    if num_classes > 2 and num_classes > d:
+        raise ValueError(f"{num_classes} orthonormal output vectors need d >= {num_classes}, got d = {d}")
     generator = torch.Generator().manual_seed(seed)
     E = torch.randn(vocab_size, d, generator=generator, dtype=dtype) / d**0.5
     p = torch.randn(d, generator=generator, dtype=dtype) / d**0.5
-    v = torch.randn(d, generator=generator, dtype=dtype)
-    return Initialisation(E=E, p=p, v=v / v.norm())
+    if num_classes == 2:
+        v = torch.randn(d, generator=generator, dtype=dtype)
+        return Initialisation(E=E, p=p, v=v / v.norm())
+    V, _ = torch.linalg.qr(torch.randn(d, num_classes, generator=generator, dtype=dtype))
+    return Initialisation(E=E, p=p, v=V)

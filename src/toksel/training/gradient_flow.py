@@ -2,7 +2,8 @@
 
 Plain GD: p <- p - lr * grad. Normalised GD: p <- p - lr * grad / |grad|, the same path as gradient flow up
 to a change of time, which reaches the late, slowly turning part of the path in far fewer steps.
-Each step costs two products with E (a = E p, grad = E^T dL/da) and one fused pass over the corpus.
+Each step costs two products with E (a = E p, grad = E^T dL/da) and one fused pass over the corpus, all on
+numba's threads. Two classes: v is one output vector; K > 2: V holds one per class, as columns.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from toksel.errors import ToksError
 from toksel.models.fused import FusedBags, loss_and_token_gradients
+from toksel.models.products import scores, transposed_product
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,9 @@ def run_gradient_flow(
     progress: bool = False,
 ) -> Trajectory:
     """GD on p for `steps` steps; logs step 0, every `log_every` steps, and the last step."""
-    values = E @ v  # b = E v is fixed while only p moves
-    p = p0.astype(np.float64, copy=True)
-    # One BLAS thread: OpenBLAS threads spin between calls and would slow the compiled pass's own threads
-    # (full IMDB, d = 2048: 24 ms a step instead of 34 ms on 2 cores).
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _descend(E, p, values, bags, steps, lr, normalized, log_every, progress)
+    values = E @ v  # b = E v (B = E V) is fixed while only p moves
+    return _descend(np.ascontiguousarray(E), p0.astype(np.float64, copy=True), values, bags, steps, lr,
+                    normalized, log_every, progress)
 
 
 def _descend(E: np.ndarray, p: np.ndarray, values: np.ndarray, bags: FusedBags, steps: int, lr: float,
@@ -59,14 +57,14 @@ def _descend(E: np.ndarray, p: np.ndarray, values: np.ndarray, bags: FusedBags, 
         snapshots.append(p.copy())
 
     for step in tqdm(range(steps + 1), desc="gradient flow", disable=not progress, mininterval=1.0):
-        loss, grad_scores, _ = loss_and_token_gradients(E @ p, values, bags, with_values=False)
+        loss, grad_scores, _ = loss_and_token_gradients(scores(E, p), values, bags, with_values=False)
         if not np.isfinite(loss):
             raise ToksError(f"gradient flow diverged at step {step} (loss {loss}): lower gradient_flow.lr")
         if step % log_every == 0 or step == steps:
             log(step, loss)
         if step == steps:
             break
-        gradient = E.T @ grad_scores
+        gradient = transposed_product(E, grad_scores)
         largest = np.abs(gradient).max()
         if largest == 0:  # every non-selected exp(score) underflowed: float64 can follow the flow no further
             warnings.warn(f"gradient flow: the gradient underflowed to 0 at step {step}; stopping there",
