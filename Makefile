@@ -8,7 +8,7 @@ export DVC_NO_ANALYTICS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: install repro test lint ui
+.PHONY: install repro test lint ui bench
 
 install: $(STAMP)
 
@@ -22,11 +22,15 @@ repro: $(STAMP)
 	$(BIN)/dvc repro
 
 test: $(STAMP)
-	$(BIN)/ruff check src pipelines tests
+	$(BIN)/ruff check src pipelines tests benchmarks
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src pipelines tests
+	$(BIN)/ruff check src pipelines tests benchmarks
+
+# Gradient-flow steps per second on full IMDB (needs `dvc repro one_step@imdb`, i.e. the data mirror or the Hub).
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.gradient_flow_rate imdb
 
 # The MLflow UI on the embedded store (http://127.0.0.1:$(UI_PORT)); one worker keeps it light.
 ui: $(STAMP)

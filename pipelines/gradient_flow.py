@@ -10,7 +10,7 @@ import pandas as pd
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import read_token_table
+from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import read_npz, write_csv, write_npz
 from toksel.models.fused import FusedBags
 from toksel.paths import processed_dir, results_dir
@@ -30,7 +30,8 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     embeddings = read_npz(results_dir("one_step", config.dataset) / "embeddings.npz", producer="one_step")
     E1, p0, v = embeddings["E1"], embeddings["p0"], embeddings["v"]
 
-    trajectory = run_gradient_flow(E1, p0, v, FusedBags.from_split(train), steps=settings.steps, lr=settings.lr,
+    bags = FusedBags.from_split(train, num_classes(tokens))
+    trajectory = run_gradient_flow(E1, p0, v, bags, steps=settings.steps, lr=settings.lr,
                                    normalized=settings.normalized, log_every=settings.log_every,
                                    progress=show_progress())
     report = analyse_trajectory(trajectory, E1, train, important, settings.selection_tol, settings.max_margin)

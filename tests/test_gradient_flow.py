@@ -2,10 +2,12 @@
 
 import numpy as np
 
+from tests.test_one_step import _class_biased_split
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
 from toksel.theory.convergence import analyse_trajectory
+from toksel.theory.frequency import class_signed_frequency
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.training.gradient_flow import run_gradient_flow
 
@@ -57,3 +59,17 @@ def test_without_the_qp_the_direction_metrics_are_absent_not_invented():
     assert np.isnan(report.history["cos_max_margin"]).all()
     assert np.isnan(report.final_metrics()["margin_ratio"])
     assert report.history["selection_fraction"][-1] >= 0
+
+
+def test_multiclass_flow_lowers_the_cross_entropy_and_favours_the_important_tokens():
+    split = _class_biased_split(num_classes=4)
+    init = initialise(split.vocab_size, d=256, seed=0, num_classes=4)
+    bags = FusedBags.from_split(split, num_classes=4)
+    p0, V = init.p.numpy(), init.v.numpy()
+    E1 = one_gradient_step_on_embeddings(init.E.numpy(), p0, V, bags, eta0=200.0)
+    trajectory = run_gradient_flow(E1, p0, V, bags, steps=400, lr=10.0, log_every=20)
+    assert np.all(np.diff(trajectory.loss) < 0) and np.all(np.diff(trajectory.p_norm) > 0)
+    importance = np.abs(class_signed_frequency(split, 4)).max(axis=0)
+    scores = E1 @ trajectory.p[-1]
+    important, least = importance >= np.quantile(importance, 0.9), importance <= np.quantile(importance, 0.1)
+    assert scores[important].mean() > scores[least].mean() + 1.0, (scores[important].mean(), scores[least].mean())

@@ -194,3 +194,27 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
     dull = words.set_index("word").loc["dull"]
     assert [dull[f"count_class_{k}"] for k in range(3)] == [1, 3, 0]
     assert dull["alpha_class_1"] > 0 > dull["alpha_class_2"]
+    assert dull["posterior_difference"] == (0 - 1) / 4  # P(last class | s) - P(first class | s)
+
+
+def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mirror_project):
+    from pipelines import evaluate, gradient_flow, one_step
+
+    write_mirror(mirror_project / "mirror", name="three", train=TRAIN.assign(label=[2, 2, 1, 0, 0, 1, 0]),
+                 test=TEST.assign(label=[2, 0]))
+    params = OmegaConf.load(mirror_project / "params.yaml")
+    params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
+                             "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}}
+    OmegaConf.save(params, mirror_project / "params.yaml")
+    small = ["dataset=three", "gradient_flow.steps=40", "gradient_flow.log_every=10"]
+    for stage in (prepare, one_step, gradient_flow, evaluate):
+        assert stage.main(small) == 0, stage.__name__
+    results = mirror_project / "results"
+    v = np.load(results / "one_step" / "three" / "embeddings.npz")["v"]
+    np.testing.assert_allclose(v.T @ v, np.eye(3), atol=1e-12)  # three orthonormal output vectors
+    one_step_metrics = (results / "one_step" / "three" / "metrics.json").read_text()
+    assert all(f'"slope_class_{k}"' in one_step_metrics for k in range(3))
+    summary = (results / "evaluate" / "three" / "summary.md").read_text()
+    assert "3 classes (rebuttal)" in summary and "top by E_s^T v_2" in summary
+    scores = pd.read_csv(results / "evaluate" / "three" / "token_scores.csv")
+    assert {"posterior_difference", "score_p", "alpha_class_2", "score_v_class_2"} <= set(scores.columns)

@@ -44,19 +44,62 @@ def token_scores_figure(tokens: pd.DataFrame, title: str) -> plt.Figure:
     return figure
 
 
-def one_step_figure(alpha: np.ndarray, update_v: np.ndarray, types: np.ndarray, eta0: float,
+def multiclass_token_scores_figure(tokens: pd.DataFrame, num_classes: int, title: str) -> plt.Figure:
+    """K classes: E_s^T v_k against the class-k signed frequency, one panel per class, then E_s^T p against the
+    importance max_k |alpha_s^(k)|."""
+    figure, axes = plt.subplots(1, num_classes + 1, figsize=(3.6 * (num_classes + 1), 3.6), squeeze=False)
+    panels = [(f"alpha_class_{k}", f"score_v_class_{k}", rf"$\alpha_s^{{({k})}}$", f"$E_s^T v_{{{k}}}$")
+              for k in range(num_classes)]
+    panels.append(("importance", "score_p", r"$\max_k |\alpha_s^{(k)}|$", "$E_s^T p_T$"))
+    for axis, (x, y, x_label, y_label) in zip(axes[0], panels, strict=True):
+        axis.scatter(tokens[x], tokens[y], s=6, alpha=0.5, color="#2166ac")
+        axis.ticklabel_format(axis="x", style="sci", scilimits=(-2, 2))
+        axis.set_xlabel(x_label)
+        axis.set_ylabel(y_label)
+        axis.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def _one_step_panel(axis: plt.Axes, alpha: np.ndarray, update: np.ndarray, types: np.ndarray | None,
+                    slope_theory: float, slope: float) -> None:
+    if types is None:
+        axis.scatter(alpha, update, s=6, alpha=0.5, color="#2166ac")
+    else:
+        _scatter_by_type(axis, alpha, update, types)
+    grid = np.linspace(alpha.min(), alpha.max(), 2)
+    axis.plot(grid, slope_theory * grid, "k--", lw=1, label=f"theory: slope {slope_theory:.4g}")
+    axis.plot(grid, slope * grid, "g-", lw=1, alpha=0.7, label=f"fit: slope {slope:.4g}")
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3)
+
+
+def one_step_figure(alpha: np.ndarray, update_v: np.ndarray, types: np.ndarray, slope_theory: float,
                     slope: float) -> plt.Figure:
     """Lemma 4.1: (E1 - E0)_s^T v against alpha_s, with the fitted line and the theory line eta0/2."""
     figure, axis = plt.subplots(figsize=(6, 4.2))
-    _scatter_by_type(axis, alpha, update_v, types)
-    grid = np.linspace(alpha.min(), alpha.max(), 2)
-    axis.plot(grid, eta0 / 2 * grid, "k--", lw=1, label=f"theory: slope $\\eta_0/2$ = {eta0 / 2:.4g}")
-    axis.plot(grid, slope * grid, "g-", lw=1, alpha=0.7, label=f"fit: slope {slope:.4g}")
+    _one_step_panel(axis, alpha, update_v, types, slope_theory, slope)
     axis.set_xlabel(r"average signed frequency $\alpha_s$")
     axis.set_ylabel(r"$(E^1_s - E^0_s)^T v$")
     axis.set_title("Lemma 4.1: one GD step on E")
-    axis.legend(fontsize=8)
-    axis.grid(alpha=0.3)
+    return figure
+
+
+def multiclass_one_step_figure(alphas: np.ndarray, updates: np.ndarray, slope_theory: float,
+                               slopes: list[float]) -> plt.Figure:
+    """The rebuttal's K-class Lemma 4.1: (E1 - E0)_s^T v_k against alpha_s^(k), one panel per class, with the
+    theory line of slope eta0. alphas and updates: (K, tokens)."""
+    classes = len(alphas)
+    figure, axes = plt.subplots(1, classes, figsize=(3.8 * classes, 3.6), squeeze=False)
+    for k, axis in enumerate(axes[0]):
+        _one_step_panel(axis, alphas[k], updates[k], None, slope_theory, slopes[k])
+        axis.ticklabel_format(axis="x", style="sci", scilimits=(-2, 2))
+        axis.set_xlabel(rf"class-{k} signed frequency $\alpha_s^{{({k})}}$")
+        axis.set_ylabel(rf"$(E^1_s - E^0_s)^T v_{{{k}}}$")
+        axis.set_title(f"class {k}")
+    figure.suptitle("Lemma 4.1 for K classes: one GD step on E")
+    figure.tight_layout()
     return figure
 
 

@@ -87,15 +87,19 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
 
 def multiclass_token_table(train: PackedSplit, num_classes: int, words: list[str],
                            special: np.ndarray) -> pd.DataFrame:
-    """For K > 2 classes the binary columns stay empty; per class k: counts and the class-k signed frequency.
+    """For K > 2 classes: per class k, counts and the class-k signed frequency; the posterior difference is that
+    of the last and the first class, P(K-1|s) - P(0|s) (5 against 1 star on Yelp), and the other binary columns
+    stay empty.
 
     Important tokens: the tenth with the largest max_k |alpha_s^(k)|.
     """
     counts = np.where(special, 0, class_counts(train, num_classes))
     alphas = np.where(special, np.nan, class_signed_frequency(train, num_classes))
     empty = np.full(len(words), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        last_against_first = np.where(special, np.nan, (counts[-1] - counts[0]) / counts.sum(axis=0))
     blank = TokenStatistics(np.zeros(len(words), dtype=np.int64), np.zeros(len(words), dtype=np.int64), empty,
-                            empty, np.zeros(len(words), dtype=np.int64))
+                            last_against_first, np.zeros(len(words), dtype=np.int64))
     table = token_table(blank, words, top_decile(np.abs(alphas).max(axis=0)), special)
     for k in range(num_classes):
         table[f"count_class_{k}"] = counts[k]

@@ -28,9 +28,30 @@ def top_decile(importance: np.ndarray) -> np.ndarray:
     return np.nan_to_num(importance, nan=-np.inf) >= threshold
 
 
+def num_classes(table: pd.DataFrame) -> int:
+    """K: the number of class-k columns a multi-class table holds; 2 for a binary table (which has none)."""
+    return sum(column.startswith("alpha_class_") for column in table.columns) or 2
+
+
+def class_alphas(table: pd.DataFrame) -> np.ndarray:
+    """(K, |S|): the class-k signed frequencies alpha_s^(k) of a multi-class table."""
+    return np.stack([table[f"alpha_class_{k}"].to_numpy() for k in range(num_classes(table))])
+
+
+def importance(table: pd.DataFrame) -> np.ndarray:
+    """|alpha_s| for two classes, max_k |alpha_s^(k)| for more; NaN for tokens without statistics."""
+    if num_classes(table) == 2:
+        return np.abs(table["alpha"].to_numpy())
+    return np.abs(class_alphas(table)).max(axis=0)
+
+
 def occurring(table: pd.DataFrame) -> np.ndarray:
     """Tokens that occur in the training split and are not special: the ones with statistics."""
-    return np.isfinite(table["alpha"].to_numpy()) & (table["count_positive"] + table["count_negative"] > 0).to_numpy()
+    if num_classes(table) == 2:
+        count = table["count_positive"] + table["count_negative"]
+    else:
+        count = table.filter(like="count_class_").sum(axis=1)
+    return np.isfinite(importance(table)) & (count > 0).to_numpy()
 
 
 def write_token_table(path: Path, table: pd.DataFrame) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import occurring
+from toksel.data.token_table import importance, occurring
 from toksel.errors import ToksError
 from toksel.theory.max_margin import (
     MaxMarginSolution,
@@ -79,8 +79,9 @@ def analyse_trajectory(
 
 
 def importance_scores(scores: np.ndarray, tokens: pd.DataFrame) -> dict[str, float]:
-    """Mean E_s^T p over the important tokens and over the least important tenth (smallest |alpha_s|)."""
-    magnitude, present = tokens["alpha"].abs().to_numpy(), occurring(tokens)
+    """Mean E_s^T p over the important tokens and over the least important tenth (smallest |alpha_s|, or
+    max_k |alpha_s^(k)| for K classes)."""
+    magnitude, present = importance(tokens), occurring(tokens)
     least = present & (magnitude <= np.quantile(magnitude[present], 0.1))
     return {"score_p_important": float(scores[tokens["important"].to_numpy(dtype=bool)].mean()),
             "score_p_least_important": float(scores[least].mean())}

@@ -2,6 +2,11 @@
 
 The check regresses the update along v, (E1 - E0)_s^T v, on alpha_s: slope eta0/2, Pearson r near 1, and the
 part of the update orthogonal to v small next to the part along v.
+
+K > 2 classes (the rebuttal, paper.md section 1.4): with K orthonormal output vectors and the cross-entropy,
+the update along v_k is eta0 alpha_s^(k), alpha^(k) the class-k signed frequency. At the initialisation every
+class has probability about 1/K, so dL/df_k = 1/K - 1{y = k}; the binary model's sigmoid'(0) = 1/2 is what
+halves its slope.
 """
 
 from __future__ import annotations
@@ -14,26 +19,55 @@ from toksel.models.fused import FusedBags, loss_and_token_gradients
 def one_gradient_step_on_embeddings(
     E0: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, eta0: float
 ) -> np.ndarray:
-    """E1 = E0 - eta0 grad_E L(p0, E0), with grad_E L = (dL/da) p0^T + (dL/db) v^T; p0 and v do not move."""
+    """E1 = E0 - eta0 grad_E L(p0, E0), with grad_E L = (dL/da) p0^T + (dL/dB) V^T; p0 and V do not move.
+
+    v: (d,) for two classes, (d, K) for K > 2.
+    """
     _, grad_scores, grad_values = loss_and_token_gradients(E0 @ p0, E0 @ v, bags)
-    return E0 - eta0 * (np.outer(grad_scores, p0) + np.outer(grad_values, v))
+    values_part = grad_values.reshape(len(E0), -1) @ v.reshape(len(p0), -1).T
+    return E0 - eta0 * (np.outer(grad_scores, p0) + values_part)
 
 
-def alignment_metrics(
-    E0: np.ndarray, E1: np.ndarray, v: np.ndarray, alpha: np.ndarray, eta0: float, tokens: np.ndarray
-) -> dict[str, float]:
-    """Regression of the update along v on alpha_s over `tokens` (those that occur in the data)."""
-    update = (E1 - E0)[tokens]
-    along_v = update @ v / (v @ v)
-    x = alpha[tokens]
-    slope, intercept = np.polyfit(x, along_v, deg=1)
-    orthogonal = update - np.outer(along_v, v)
-    slope_theory = eta0 / 2
+def theory_slope(eta0: float, num_classes: int) -> float:
+    """The slope of the update along v (v_k) in alpha_s (alpha_s^(k)): eta0/2 for two classes, eta0 for K."""
+    return eta0 / 2 if num_classes == 2 else eta0
+
+
+def _regression(along: np.ndarray, x: np.ndarray, slope_theory: float) -> dict[str, float]:
+    slope, intercept = np.polyfit(x, along, deg=1)
     return {
         "slope": float(slope),
         "slope_theory": float(slope_theory),
         "slope_rel_error": float(abs(slope - slope_theory) / slope_theory),
         "intercept": float(intercept),
-        "pearson_r": float(np.corrcoef(x, along_v)[0, 1]),
-        "orthogonal_ratio": float(np.linalg.norm(orthogonal) / np.linalg.norm(np.outer(along_v, v))),
+        "pearson_r": float(np.corrcoef(x, along)[0, 1]),
+    }
+
+
+def alignment_metrics(
+    E0: np.ndarray, E1: np.ndarray, v: np.ndarray, alpha: np.ndarray, slope_theory: float, tokens: np.ndarray
+) -> dict[str, float]:
+    """Regression of the update along v on alpha_s over `tokens` (those that occur in the data).
+
+    K classes: v is (d, K) and alpha (K, |S|); one regression per class, its metrics suffixed `_class_k`, and
+    `slope_rel_error`, `pearson_r` the worst class's. `orthogonal_ratio`: the update outside span(v) against
+    the update inside it.
+    """
+    update = (E1 - E0)[tokens]
+    directions = v.reshape(len(v), -1)
+    coefficients = np.linalg.lstsq(directions, update.T, rcond=None)[0].T  # (tokens, K): update along each v_k
+    inside = coefficients @ directions.T
+    orthogonal_ratio = float(np.linalg.norm(update - inside) / np.linalg.norm(inside))
+    alphas = alpha.reshape(directions.shape[1], -1)[:, tokens]
+    per_class = [_regression(coefficients[:, k], alphas[k], slope_theory) for k in range(directions.shape[1])]
+    if len(per_class) == 1:
+        return {**per_class[0], "orthogonal_ratio": orthogonal_ratio}
+    metrics = {f"{name}_class_{k}": value for k, regression in enumerate(per_class)
+               for name, value in regression.items() if name != "slope_theory"}
+    return {
+        **metrics,
+        "slope_theory": float(slope_theory),
+        "slope_rel_error": max(regression["slope_rel_error"] for regression in per_class),
+        "pearson_r": min(regression["pearson_r"] for regression in per_class),
+        "orthogonal_ratio": orthogonal_ratio,
     }
