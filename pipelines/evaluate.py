@@ -9,7 +9,8 @@ import pandas as pd
 
 from toksel.checks import summary_markdown, theory_checks
 from toksel.cli import run_stage
-from toksel.config import Config
+from toksel.comparison import training_comparison
+from toksel.config import EMBEDDINGS, Config
 from toksel.data.token_table import importance, num_classes, occurring, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
 from toksel.paths import processed_dir, results_dir
@@ -123,7 +124,12 @@ def evaluate(config: Config, run: StageRun) -> None:
     write_json(out / "top_tokens.json", top)
     run.log_artifact(out / "top_tokens.json")
     notes += [f"{label}: {', '.join(words)}" for label, words in top.items()]
-    summary = summary_markdown(checks, f"toksel theory checks: {dataset}", list(figures), notes)
+    # Optional when a stage is run by hand (dvc.yaml lists them as dependencies): a missing run reads "not run".
+    trained = {variant: read_json(path) if (path := results_dir("train", f"{dataset}/{variant}") / "metrics.json")
+               .exists() else {} for variant in EMBEDDINGS}
+    comparison, training_metrics = training_comparison(trained)
+    summary = summary_markdown(checks, f"toksel theory checks: {dataset}", list(figures), notes,
+                               sections={"Full training (Lightning) next to the paper": comparison})
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")
     metrics: dict[str, float | None] = {}
@@ -131,6 +137,7 @@ def evaluate(config: Config, run: StageRun) -> None:
         metrics.update(check.as_metrics())
     metrics["checks_held"] = float(sum(check.holds for check in checks))
     metrics["checks_total"] = float(len(checks))
+    metrics.update(training_metrics)
     run.record_metrics(out / "metrics.json", metrics)
     print(summary.split("\n\n![")[0])
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipelines import evaluate, gradient_flow, one_step, prepare
+from pipelines import evaluate, gradient_flow, one_step, prepare, train
 from tests.helpers import ROOT
 from toksel.config import DATASET_SECTIONS, load_config, params_hash
 from toksel.errors import ToksError
@@ -67,10 +67,14 @@ def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
     """DVC re-runs a stage when a section it lists changes: the list must match what the stage reads."""
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for module in (prepare, one_step, gradient_flow, evaluate):
+    for module in (prepare, one_step, gradient_flow, evaluate, train):
         name = module.__name__.rsplit(".", 1)[-1]
-        own = tuple(f"datasets.${{key}}.{section}" for section in module.SECTIONS if section in DATASET_SECTIONS)
-        assert tuple(stages[name]["do"]["params"]) == module.SECTIONS + own, name
+        if "foreach" in stages[name]:
+            listed, key = stages[name]["do"]["params"], "${key}"
+        else:  # a matrix over datasets
+            listed, key = stages[name]["params"], "${item.dataset}"
+        own = tuple(f"datasets.{key}.{section}" for section in module.SECTIONS if section in DATASET_SECTIONS)
+        assert tuple(listed) == module.SECTIONS + own, name
 
 
 def test_help_lists_the_stage_keys_with_their_values(project, capsys):
@@ -90,12 +94,12 @@ def test_a_dataset_entry_overrides_the_shared_sections_and_the_command_line_over
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"data": {"min_cont": 3}, "model": {}, "one_step": {}, "gradient_flow": {}},
+        ({"data": {"min_cont": 3}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
          "unknown key 'datasets.extra.data.min_cont'"),
-        ({"data": {}, "model": {"d": -1}, "one_step": {}, "gradient_flow": {}},
+        ({"data": {}, "model": {"d": -1}, "one_step": {}, "gradient_flow": {}, "train": {}},
          "datasets.extra.model.d = -1 is out of range"),
         ({"data": {}, "model": {}}, "datasets.extra lacks the sections one_step, gradient_flow"),
-        ({"data": {"source": "hub"}, "model": {}, "one_step": {}, "gradient_flow": {}},
+        ({"data": {"source": "hub"}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
          "datasets.extra.data.hub_id is empty"),
     ],
 )

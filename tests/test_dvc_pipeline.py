@@ -28,7 +28,8 @@ def _dvc(project: Path, *args: str) -> str:
 
 
 def _stages_run(output: str) -> list[str]:
-    return [name.removesuffix("@synthetic") for name in re.findall(r"Running stage '([\w@]+)'", output)]
+    """Stage names in the order run, without the dataset: prepare, ..., train-untrained, ..."""
+    return [re.sub(r"@synthetic-?", "-", name).rstrip("-") for name in re.findall(r"Running stage '([\w@-]+)'", output)]
 
 
 @pytest.fixture
@@ -37,7 +38,8 @@ def dvc_project(tmp_path: Path) -> Path:
         shutil.copy(ROOT / name, tmp_path / name)
     for folder in ("src", "pipelines"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist(TINY))
+    tiny_training = ["train.max_epochs=2", "train.batch_size=16"]
+    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
     OmegaConf.save(params, tmp_path / "params.yaml")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -57,9 +59,12 @@ def _pipeline_runs(project: Path) -> dict[str, list[str]]:
 
 
 def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project):
-    first = _dvc(dvc_project, "repro")
-    assert _stages_run(first) == ["prepare", "one_step", "gradient_flow", "evaluate"]
-    assert sorted(_pipeline_runs(dvc_project).values()) == [["evaluate", "gradient_flow", "one_step", "prepare"]]
+    first = _stages_run(_dvc(dvc_project, "repro"))
+    training = ["train-one_step", "train-trained", "train-untrained"]
+    assert first[:2] == ["prepare", "one_step"] and first[-1] == "evaluate"
+    assert sorted(first[2:-1]) == ["gradient_flow", *training]
+    every_stage = ["evaluate", "gradient_flow", "one_step", "prepare", "train", "train", "train"]
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
 
     metrics = json.loads(_dvc(dvc_project, "metrics", "show", "--json"))
     shown = json.dumps(metrics)
@@ -73,7 +78,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = _dvc(dvc_project, "repro")
     assert _stages_run(second) == ["gradient_flow", "evaluate"]
-    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [
-        ["evaluate", "gradient_flow"], ["evaluate", "gradient_flow", "one_step", "prepare"]]
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [["evaluate", "gradient_flow"], every_stage]
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("400,")
+
+    params.train.lr = 0.01  # a training parameter: the three training runs and evaluate, nothing upstream
+    OmegaConf.save(params, dvc_project / "params.yaml")
+    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == ["evaluate", *training]

@@ -40,7 +40,7 @@ def mirror_project(project, monkeypatch):
     monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(project / "mirror"))
     params = OmegaConf.load(project / "params.yaml")
     params.datasets.tiny = {"data": {"source": "hub", "hub_id": "example/tiny"}, "model": {"d": 32},
-                            "one_step": {}, "gradient_flow": {}}
+                            "one_step": {}, "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, project / "params.yaml")
     return project
 
@@ -113,7 +113,7 @@ def test_a_real_mirror_dataset_prepares_when_the_shared_mirror_is_there(project,
     params = OmegaConf.load(project / "params.yaml")
     params.datasets.imdb = {"data": {"source": "hub", "hub_id": "stanfordnlp/imdb", "max_train": 200,
                                      "max_test": 100, "max_len": 64}, "model": {}, "one_step": {},
-                            "gradient_flow": {}}
+                            "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, project / "params.yaml")
     assert prepare.main(["dataset=imdb"]) == 0
     train = PackedSplit.load(project / "data" / "processed" / "imdb" / "train.npz")
@@ -183,7 +183,7 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
     write_mirror(mirror_project / "mirror", name="three", train=three, test=TEST.assign(label=[2, 0]))
     params = OmegaConf.load(mirror_project / "params.yaml")
     params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
-                             "model": {}, "one_step": {}, "gradient_flow": {}}
+                             "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
     assert prepare.main(["dataset=three"]) == 0
     tokens = read_token_table(mirror_project / "data" / "processed" / "three" / "tokens.csv")
@@ -204,7 +204,7 @@ def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mir
                  test=TEST.assign(label=[2, 0]))
     params = OmegaConf.load(mirror_project / "params.yaml")
     params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
-                             "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}}
+                             "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
     small = ["dataset=three", "gradient_flow.steps=40", "gradient_flow.log_every=10"]
     for stage in (prepare, one_step, gradient_flow, evaluate):

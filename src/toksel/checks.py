@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from toksel.config import EvaluateConfig
@@ -60,7 +60,9 @@ def theory_checks(one_step: dict, gradient_flow: dict, thresholds: EvaluateConfi
     return checks
 
 
-def summary_markdown(checks: list[Check], title: str, figures: list[str], notes: Sequence[str] = ()) -> str:
+def summary_markdown(checks: list[Check], title: str, figures: list[str], notes: Sequence[str] = (),
+                     sections: Mapping[str, str] | None = None) -> str:
+    """The checks as a table, the notes as a list, then each section (title: Markdown body), then the figures."""
     lines = [f"# {title}", "", "| check | claim | measured | threshold | holds |", "|---|---|---|---|---|"]
     for check in checks:
         value = "not computed" if check.value is None else f"{check.value:.6g}"
@@ -69,5 +71,7 @@ def summary_markdown(checks: list[Check], title: str, figures: list[str], notes:
                      f"| {verdict} |")
     held = sum(check.holds for check in checks)
     lines += ["", f"{held} of {len(checks)} checks hold.", "", *[f"- {note}" for note in notes], ""]
+    for heading, body in (sections or {}).items():
+        lines += [f"## {heading}", "", body, ""]
     lines += [f"![{name}]({name})" for name in figures]
     return "\n".join(lines) + "\n"

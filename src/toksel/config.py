@@ -29,7 +29,7 @@ def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, l
 
 
 # The sections a `datasets` entry may override; dvc.yaml tracks datasets.<name>.<section> for each.
-DATASET_SECTIONS = ("data", "model", "one_step", "gradient_flow")
+DATASET_SECTIONS = ("data", "model", "one_step", "gradient_flow", "train")
 
 
 @dataclass
@@ -90,6 +90,26 @@ class GradientFlowConfig:
     max_margin: bool = bounded(True, help="solve the max-margin QP of Theorem 4.3 (small data only)")
 
 
+EMBEDDINGS = ("trained", "untrained", "one_step")
+
+
+@dataclass
+class TrainConfig:
+    embeddings: str = bounded("trained", choices=EMBEDDINGS,
+                              help="trained: E, p, v jointly; untrained: E frozen at its random init; one_step: "
+                                   "E frozen at E1 of the one_step stage (p, v trained in both)")
+    optimizer: str = bounded("adam", choices=("adam", "sgd"), help="optimiser of every trained parameter")
+    lr: float = bounded(1e-3, gt=0.0, help="learning rate")
+    weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
+    batch_size: int = bounded(256, ge=1, help="sequences per minibatch")
+    max_epochs: int = bounded(30, ge=1, help="at most this many epochs")
+    patience: int = bounded(3, ge=1, help="early stopping: epochs without a lower validation loss")
+    val_fraction: float = bounded(0.1, gt=0.0, le=0.5, help="share of the train split held out for validation")
+    accelerator: str = bounded("auto", choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
+    precision: str = bounded("32-true", choices=("32-true", "64-true", "bf16-mixed"), help="Lightning precision")
+    bins: int = bounded(20, ge=2, help="equal-width bins of the posterior difference for the token curves")
+
+
 @dataclass
 class EvaluateConfig:
     max_slope_rel_error: float = bounded(0.05, gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
@@ -106,8 +126,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     one_step: OneStepConfig = field(default_factory=OneStepConfig)
     gradient_flow: GradientFlowConfig = field(default_factory=GradientFlowConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
-    # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}}: what the dataset overrides
+    # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
 
     def sections(self, names: Iterable[str]) -> dict[str, Any]:

@@ -135,3 +135,20 @@ def gradient_flow_figure(history: pd.DataFrame, max_margin_norm: float) -> plt.F
         axis.set_title(title, fontsize=10)
         axis.grid(alpha=0.3)
     return figure
+
+
+def binned_scores_figure(panels: list[tuple[np.ndarray, np.ndarray, pd.DataFrame, str, str]], title: str) -> plt.Figure:
+    """Scatter of token scores with the bin means (and +-1 std) on top, one panel per (x, y, bins, x label,
+    y label); bins has the columns centre, mean, std (paper Fig. 3 and the rebuttal's tables)."""
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.9), squeeze=False)
+    for axis, (x, y, bins, x_label, y_label) in zip(axes[0], panels, strict=True):
+        axis.scatter(x, y, s=5, alpha=0.35, color="#999999", label="tokens")
+        axis.errorbar(bins["centre"], bins["mean"], yerr=bins["std"], color="#b2182b", marker="o", ms=3, lw=1.2,
+                      capsize=2, label="bin mean +- std")
+        axis.set_xlabel(x_label)
+        axis.set_ylabel(y_label)
+        axis.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure

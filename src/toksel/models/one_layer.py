@@ -13,6 +13,7 @@ exp, so f stays exact (no overflow, no NaN) however large |p| grows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,13 @@ class Bags:
             n=split.n,
         )
 
+    @classmethod
+    def from_batch(cls, batch: Mapping[str, torch.Tensor]) -> Bags:
+        """A minibatch as the data module yields it (rows numbered 0 .. n-1): rows, tokens, counts, labels."""
+        labels = batch["labels"]
+        return cls(rows=batch["rows"], tokens=batch["tokens"], counts=batch["counts"],
+                   y=(2 * labels - 1).to(batch["counts"].dtype), labels=labels, n=len(labels))
+
     def row_sum(self, values: torch.Tensor) -> torch.Tensor:
         """Sum over each sequence's entries; values (nnz,) or (nnz, K)."""
         return values.new_zeros((self.n, *values.shape[1:])).index_add(0, self.rows, values)
@@ -61,6 +69,11 @@ def _shifted(entry_scores: torch.Tensor, bags: Bags) -> torch.Tensor:
 def _softmax(shifted: torch.Tensor, bags: Bags) -> torch.Tensor:
     unnormalised = bags.counts * torch.exp(shifted)
     return unnormalised / bags.row_sum(unnormalised)[bags.rows]
+
+
+def attention_weights(scores: torch.Tensor, bags: Bags) -> torch.Tensor:
+    """q per entry: the softmax mass of each (sequence, token) entry, its token's positions together."""
+    return _softmax(_shifted(scores[bags.tokens], bags), bags)
 
 
 def _per_entry(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

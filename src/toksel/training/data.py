@@ -1,0 +1,72 @@
+"""The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR without copying the split.
+
+The train split is divided (seeded) into train and validation rows; the test split is kept whole. A batch is a
+dict of tensors (what Lightning moves to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from toksel.data.corpus import PackedSplit
+
+
+def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """The bags of `rows` of `split` as one batch."""
+    starts, stops = split.bag_indptr[rows], split.bag_indptr[rows + 1]
+    lengths = stops - starts
+    # Entry positions of every chosen row, in order: start of its row + offset within it.
+    offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    entries = np.repeat(starts, lengths) + offsets
+    return {
+        "rows": torch.from_numpy(np.repeat(np.arange(len(rows)), lengths)),
+        "tokens": torch.from_numpy(split.bag_tokens[entries]),
+        "counts": torch.from_numpy(split.bag_counts[entries]).to(dtype),
+        "labels": torch.from_numpy(split.labels[rows]),
+    }
+
+
+class PackedDataModule(pl.LightningDataModule):
+    def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.directory, self.batch_size, self.val_fraction, self.seed, self.dtype = (
+            directory, batch_size, val_fraction, seed, dtype)
+        self.splits: dict[str, tuple[PackedSplit, np.ndarray]] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        train = PackedSplit.load(self.directory / "train.npz")
+        test = PackedSplit.load(self.directory / "test.npz")
+        order = np.random.default_rng(self.seed).permutation(train.n)
+        held_out = max(1, round(self.val_fraction * train.n))
+        self.splits = {
+            "train": (train, np.sort(order[held_out:])),
+            "val": (train, np.sort(order[:held_out])),
+            "test": (test, np.arange(test.n)),
+        }
+
+    def rows(self, name: str) -> tuple[PackedSplit, np.ndarray]:
+        self.setup()
+        return self.splits[name]
+
+    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+        split, rows = self.rows(name)
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
+                          collate_fn=lambda chosen: batch_of_rows(split, np.asarray(chosen), self.dtype))
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

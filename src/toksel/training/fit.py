@@ -1,0 +1,93 @@
+"""Fitting an AttentionClassifier with Lightning: early stopping on the validation loss, the best and the last
+checkpoint, resume after an interruption, and metrics into the stage's own MLflow run.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.loggers import MLFlowLogger
+
+from toksel.config import TrainConfig
+from toksel.tracking import StageRun, experiment_name, tracking_uri
+from toksel.training.classifier import AttentionClassifier
+from toksel.training.data import PackedDataModule
+
+FINGERPRINT = "params_hash"  # the file in the checkpoint folder naming the parameters its checkpoints belong to
+
+
+class _WithoutAdvert(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_WithoutAdvert())
+
+
+class StageLogger(MLFlowLogger):
+    """Lightning's MLflow logger, writing into the stage's run; the stage, not Lightning, ends that run (FAILED
+    on an error), so finalize leaves its status alone."""
+
+    def finalize(self, status: str = "success") -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class FitResult:
+    epochs: int  # epochs trained in all, resumed ones included
+    resumed_from_epoch: int | None  # where an interrupted run was picked up; None for a fresh start
+    seconds: float  # this process's fit and test
+    test: dict[str, float]  # test_loss, test_accuracy and the test attention metrics
+
+
+def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
+    """`last.ckpt` of an interrupted run with the same parameters, or None; stale checkpoints are removed."""
+    marker = folder / FINGERPRINT
+    if marker.exists() and marker.read_text() == fingerprint and (folder / "last.ckpt").exists():
+        return folder / "last.ckpt"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    marker.write_text(fingerprint)
+    return None
+
+
+def fit(module: AttentionClassifier, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
+        fingerprint: str, run: StageRun, seed: int, progress: bool,
+        callbacks: Sequence[pl.Callback] = ()) -> FitResult:
+    """Train until early stopping (or max_epochs), then test the best checkpoint, whose weights `module` keeps.
+
+    An interrupted fit with the same `fingerprint` (the parameters' hash) resumes from its last checkpoint.
+    """
+    start = time.perf_counter()
+    pl.seed_everything(seed, workers=True, verbose=False)
+    resume = resumable_checkpoint(checkpoints, fingerprint)
+    best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val_loss", save_last=True)
+    trainer = pl.Trainer(
+        max_epochs=settings.max_epochs, accelerator=settings.accelerator, devices=1, precision=settings.precision,
+        logger=StageLogger(experiment_name=experiment_name(), tracking_uri=tracking_uri(), run_id=run.run_id),
+        callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), *callbacks],
+        enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
+        default_root_dir=checkpoints,
+    )
+    resumed_from = None
+    if resume is not None:
+        resumed_from = int(torch.load(resume, map_location="cpu", weights_only=False)["epoch"]) + 1
+    with warnings.catch_warnings():
+        # A tiny split gives fewer batches than log_every_n_steps, and the loaders run in the main process
+        # on purpose (the batches are cut from arrays already in memory).
+        # The checkpoint folder holds the parameters' fingerprint, so it is never empty.
+        warnings.filterwarnings("ignore", message=".*(log_every_n_steps|does not have many workers|exists and is "
+                                                  "not empty|LeafSpec).*")  # LeafSpec: Lightning on torch 2.13
+        trainer.fit(module, datamodule=data, ckpt_path=resume)
+        tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
+    return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=resumed_from,
+                     seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()})

@@ -1,0 +1,125 @@
+"""Full training through the real Lightning path: the loss falls, MLflow gets the run under the pipeline's
+parent, an interrupted fit resumes where it stopped; and the token curves it reports."""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import pytorch_lightning as pl
+import torch
+from mlflow import MlflowClient
+
+from pipelines import evaluate, gradient_flow, one_step, prepare, train
+from tests.helpers import TINY
+from toksel.config import load_config
+from toksel.data.corpus import PackedSplit
+from toksel.paths import processed_dir, results_dir
+from toksel.theory.token_curves import binned_curve
+from toksel.tracking import stage_run
+from toksel.training.classifier import AttentionClassifier
+from toksel.training.data import PackedDataModule, batch_of_rows
+from toksel.training.fit import fit
+
+TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02"]
+
+
+@pytest.fixture
+def prepared(project):
+    for stage in (prepare, one_step):
+        assert stage.main(TINY) == 0
+    return project
+
+
+def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
+    assert train.main([*TINY, *TRAIN]) == 0
+    metrics = json.loads((prepared / "results" / "train" / "synthetic" / "trained" / "metrics.json").read_text())
+    assert {"test_accuracy", "test_loss", "spearman_v_alpha", "spearman_p_abs_alpha", "bin_std_v",
+            "bin_std_p"} <= metrics.keys()
+    assert metrics["test_accuracy"] > 0.9 and metrics["spearman_v_alpha"] > 0.5
+    assert not (prepared / "checkpoints" / "synthetic" / "trained").exists()  # finished: nothing to resume
+
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
+    parent = next(run for run in runs if run.data.tags.get("stage") == "pipeline")
+    training = next(run for run in runs if run.data.tags.get("stage") == "train")
+    stages = [run for run in runs if run.data.tags.get("stage") not in (None, "pipeline")]
+    assert all(run.data.tags["mlflow.parentRunId"] == parent.info.run_id for run in stages)
+    assert training.data.tags["embeddings"] == "trained" and training.info.status == "FINISHED"
+    losses = [point.value for point in client.get_metric_history(training.info.run_id, "train_loss_epoch")]
+    assert len(losses) == 6 and losses[-1] < 0.5 * losses[0]
+    assert training.data.metrics["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+    assert training.data.metrics["bin_std_v"] == pytest.approx(metrics["bin_std_v"])
+
+
+class Crash(pl.Callback):
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise RuntimeError("simulated crash")
+
+
+def _fit_parts(config):
+    embeddings = np.load(results_dir("one_step", "synthetic") / "embeddings.npz")
+    tokens = pd.read_csv(processed_dir("synthetic") / "tokens.csv")
+    module = AttentionClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
+                                 torch.tensor(tokens["important"].to_numpy()), train_embeddings=True, lr=0.02)
+    data = PackedDataModule(processed_dir("synthetic"), 16, 0.1, seed=0)
+    return module, data
+
+
+def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
+    config = load_config([*TINY, *TRAIN])
+    folder = prepared / "checkpoints" / "resume"
+    with pytest.raises(RuntimeError, match="simulated crash"), stage_run("train", config, ("train",)) as run:
+        fit(*_fit_parts(config), config.train, folder, "fingerprint", run, seed=0, progress=False,
+            callbacks=[Crash(epoch=2)])
+    assert (folder / "last.ckpt").exists()
+    with stage_run("train", config, ("train",)) as run:
+        resumed = fit(*_fit_parts(config), config.train, folder, "fingerprint", run, seed=0, progress=False)
+    assert resumed.resumed_from_epoch == 2  # epochs 0 and 1 were saved; the crash came at the end of epoch 2
+    assert resumed.epochs == config.train.max_epochs
+    # Other parameters: the stale checkpoints go, and the fit starts afresh.
+    with stage_run("train", config, ("train",)) as run:
+        fresh = fit(*_fit_parts(config), config.train, folder, "other parameters", run, seed=0, progress=False)
+    assert fresh.resumed_from_epoch is None
+
+
+def test_evaluate_sets_the_three_training_runs_next_to_the_paper(prepared):
+    for variant in ("trained", "untrained", "one_step"):
+        assert train.main([*TINY, *TRAIN, f"train.embeddings={variant}"]) == 0
+    assert gradient_flow.main(TINY) == 0 and evaluate.main(TINY) == 0
+    summary = (prepared / "results" / "evaluate" / "synthetic" / "summary.md").read_text()
+    assert "## Full training (Lightning) next to the paper" in summary and "not run" not in summary
+    metrics = json.loads((prepared / "results" / "evaluate" / "synthetic" / "metrics.json").read_text())
+    assert {"accuracy_trained", "accuracy_untrained", "accuracy_one_step", "bin_std_v_ratio",
+            "bin_std_p_ratio"} <= metrics.keys()
+    assert metrics["accuracy_trained"] is not None and metrics["bin_std_v_ratio"] > 0
+
+
+def test_batches_hold_exactly_the_bags_of_their_rows():
+    rng = np.random.default_rng(0)
+    sequences = [rng.integers(0, 9, size=rng.integers(1, 7)) for _ in range(12)]
+    split = PackedSplit.from_sequences(sequences, rng.integers(0, 2, size=12), 9)
+    rows = np.array([7, 2, 11])
+    batch = batch_of_rows(split, rows)
+    for position, row in enumerate(rows):
+        chosen = batch["rows"].numpy() == position
+        tokens, counts = np.unique(sequences[row], return_counts=True)
+        assert batch["tokens"].numpy()[chosen].tolist() == tokens.tolist()
+        assert batch["counts"].numpy()[chosen].tolist() == counts.tolist()
+    assert batch["labels"].tolist() == split.labels[rows].tolist()
+
+
+def test_binned_curve_means_stds_and_minimum():
+    x = np.array([-1.0, -0.9, 0.0, 0.1, 0.9, 1.0])
+    y = np.array([5.0, 7.0, 1.0, 1.0, 4.0, 6.0])
+    curve = binned_curve(x, y, bins=4)  # edges -1, -0.5, 0, 0.5, 1: the max lands in the last bin
+    assert curve.counts.tolist() == [2, 0, 2, 2]
+    np.testing.assert_allclose(curve.means, [6.0, np.nan, 1.0, 5.0])
+    np.testing.assert_allclose(curve.stds, [1.0, np.nan, 0.0, 1.0])
+    assert curve.mean_std == pytest.approx(2 / 3)
+    assert curve.argmin_centre == pytest.approx(0.25)
