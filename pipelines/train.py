@@ -39,11 +39,12 @@ def train(config: Config, run: StageRun) -> None:
     embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
     dtype = DTYPES.get(settings.precision, torch.float32)
     start = embeddings["E1"] if settings.embeddings == "one_step" else embeddings["E0"]
+    trains_embeddings = settings.embeddings == "trained"
     module = AttentionClassifier(
         torch.tensor(start, dtype=dtype), torch.tensor(embeddings["p0"], dtype=dtype),
         torch.tensor(embeddings["v"], dtype=dtype), torch.tensor(tokens["important"].to_numpy(dtype=bool)),
-        train_embeddings=settings.embeddings == "trained", optimizer=settings.optimizer, lr=settings.lr,
-        weight_decay=settings.weight_decay)
+        train_embeddings=trains_embeddings, optimizer=settings.optimizer,
+        lr=settings.lr if trains_embeddings else settings.frozen_lr, weight_decay=settings.weight_decay)
     data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.base.seed,
                             dtype)
     checkpoints = checkpoint_dir(variant)

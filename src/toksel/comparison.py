@@ -24,6 +24,8 @@ ROWS = (  # metric, what it is
     ("spearman_p_abs_alpha", "Spearman of E_s^T p with |alpha_s|"),
     ("bin_std_v", "mean per-bin std of E_s^T v"),
     ("bin_std_p", "mean per-bin std of E_s^T p"),
+    ("bin_spread_v", "mean per-bin std of E_s^T v / range of its bin means"),
+    ("bin_spread_p", "mean per-bin std of E_s^T p / range of its bin means"),
     ("p_min_location", "posterior difference where the E_s^T p curve is lowest"),
     ("test_attention_important_mass", "attention mass on the important tokens (test)"),
     ("test_argmax_important_fraction", "sequences whose top token is important (test)"),
@@ -53,12 +55,12 @@ def training_comparison(runs: dict[str, dict]) -> tuple[str, dict[str, float | N
         paper = "; ".join(f"{PAPER[(metric, variant)]} ({variant})" for variant in EMBEDDINGS
                           if (metric, variant) in PAPER) or ""
         lines.append(f"| {label} | " + " | ".join(cell(variant, metric) for variant in EMBEDDINGS) + f" | {paper} |")
-    ratios = {
-        "bin_std_v_ratio": _ratio(runs["trained"].get("bin_std_v"), runs["one_step"].get("bin_std_v")),
-        "bin_std_p_ratio": _ratio(runs["trained"].get("bin_std_p"), runs["one_step"].get("bin_std_p")),
-    }
+    ratios = {f"{name}_ratio": _ratio(runs["trained"].get(name), runs["one_step"].get(name))
+              for name in ("bin_std_v", "bin_std_p", "bin_spread_v", "bin_spread_p")}
     lines += ["", "Per-bin std, full training over one step then frozen: "
               f"E_s^T v {number(ratios['bin_std_v_ratio'])} (paper {PAPER['bin_std_v_ratio']}), "
-              f"E_s^T p {number(ratios['bin_std_p_ratio'])} (paper {PAPER['bin_std_p_ratio']})."]
+              f"E_s^T p {number(ratios['bin_std_p_ratio'])} (paper {PAPER['bin_std_p_ratio']}); relative to the "
+              f"range of the bin means (free of the scale of v and p): E_s^T v {number(ratios['bin_spread_v_ratio'])}"
+              f", E_s^T p {number(ratios['bin_spread_p_ratio'])}."]
     metrics = {f"accuracy_{variant}": runs[variant].get("test_accuracy") for variant in EMBEDDINGS}
     return "\n".join(lines), {**metrics, **ratios}

@@ -99,10 +99,12 @@ class TrainConfig:
                               help="trained: E, p, v jointly; untrained: E frozen at its random init; one_step: "
                                    "E frozen at E1 of the one_step stage (p, v trained in both)")
     optimizer: str = bounded("adam", choices=("adam", "sgd"), help="optimiser of every trained parameter")
-    lr: float = bounded(1e-3, gt=0.0, help="learning rate")
+    lr: float = bounded(1e-3, gt=0.0, help="learning rate when E trains")
+    frozen_lr: float = bounded(1e-2, gt=0.0, help="learning rate when E is frozen (untrained, one_step): only p and "
+                                                  "v train, and at lr converge too slowly")
     weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
     batch_size: int = bounded(256, ge=1, help="sequences per minibatch")
-    max_epochs: int = bounded(30, ge=1, help="at most this many epochs")
+    max_epochs: int = bounded(50, ge=1, help="at most this many epochs")
     patience: int = bounded(3, ge=1, help="early stopping: epochs without a lower validation loss")
     val_fraction: float = bounded(0.1, gt=0.0, le=0.5, help="share of the train split held out for validation")
     accelerator: str = bounded("auto", choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")

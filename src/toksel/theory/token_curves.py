@@ -31,6 +31,12 @@ class BinnedCurve:
         return float(np.mean(self.stds[self.counts >= 2]))
 
     @property
+    def relative_spread(self) -> float:
+        """mean_std over the range of the bin means: the same spread, free of the scores' scale (|p| and |v|
+        grow with training, and differently with and without trained embeddings)."""
+        return self.mean_std / float(np.nanmax(self.means) - np.nanmin(self.means))
+
+    @property
     def argmin_centre(self) -> float:
         """Where the curve has its minimum (the bottom of the U for E_s^T p)."""
         return float(self.centres[np.nanargmin(self.means)])
@@ -71,6 +77,8 @@ def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray,
     metrics |= {
         "bin_std_p": curves["p"].mean_std,
         "bin_std_v": float(np.mean([curve.mean_std for curve in v_curves])),
+        "bin_spread_p": curves["p"].relative_spread,
+        "bin_spread_v": float(np.mean([curve.relative_spread for curve in v_curves])),
         "p_min_location": curves["p"].argmin_centre,
     }
     return metrics, curves
