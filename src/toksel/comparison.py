@@ -17,11 +17,11 @@ PAPER = {
     "bin_std_p_ratio": "about 6",
 }
 
-ROWS = (  # metric, what it is
+ROWS = (  # metric, what it is (a Markdown table cell: | escaped)
     ("test_accuracy", "test accuracy"),
     ("test_loss", "test loss"),
     ("spearman_v_alpha", "Spearman of E_s^T v with alpha_s"),
-    ("spearman_p_abs_alpha", "Spearman of E_s^T p with |alpha_s|"),
+    ("spearman_p_abs_alpha", "Spearman of E_s^T p with \\|alpha_s\\|"),
     ("bin_std_v", "mean per-bin std of E_s^T v"),
     ("bin_std_p", "mean per-bin std of E_s^T p"),
     ("bin_spread_v", "mean per-bin std of E_s^T v / range of its bin means"),
