@@ -63,7 +63,9 @@ def train(config: Config, run: StageRun) -> None:
     save_figure(figure, out / "token_scores.png")
     run.log_artifact(out / "token_scores.png", "figures")
     run.log_artifact(out / "bins.csv")
-    final = {**result.test, **metrics, "epochs": float(result.epochs), "seconds": result.seconds,
+    # best_train_/best_val_ loss and accuracy: the tested (best) model on the whole splits; MLflow also has the
+    # per-epoch curves train_loss_epoch, val_loss, ...
+    final = {**result.test, **result.fitted, **metrics, "epochs": float(result.epochs), "seconds": result.seconds,
              "resumed_from_epoch": None if result.resumed_from_epoch is None else float(result.resumed_from_epoch)}
     run.record_metrics(out / "metrics.json", final, logged=result.test)
     shutil.rmtree(checkpoints)  # finished: nothing left to resume

@@ -38,6 +38,8 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     assert {"test_accuracy", "test_loss", "spearman_v_alpha", "spearman_p_abs_alpha", "bin_std_v",
             "bin_std_p"} <= metrics.keys()
     assert metrics["test_accuracy"] > 0.9 and metrics["spearman_v_alpha"] > 0.5
+    assert metrics["best_train_accuracy"] > 0.9 and metrics["best_val_accuracy"] > 0.8
+    assert metrics["best_train_loss"] < 0.5 * np.log(2)  # well below the loss of a blind guess
     assert not (prepared / "checkpoints" / "synthetic" / "trained").exists()  # finished: nothing to resume
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])

@@ -28,16 +28,19 @@ class AttentionClassifier(pl.LightningModule):
     def forward(self, bags: Bags) -> torch.Tensor:
         return attention_output(self.E @ self.p, self.E @ self.v, bags)
 
+    def loss_and_accuracy(self, bags: Bags, scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = self.E @ self.p if scores is None else scores
+        f = attention_output(scores, self.E @ self.v, bags)
+        predicted = (f > 0).long() if f.dim() == 1 else f.argmax(dim=1)
+        return classification_loss(f, bags), (predicted == bags.labels).float().mean()
+
     def _step(self, batch: dict[str, torch.Tensor], split: str) -> torch.Tensor:
         bags = Bags.from_batch(batch)
         scores = self.E @ self.p
-        f = attention_output(scores, self.E @ self.v, bags)
-        loss = classification_loss(f, bags)
-        predicted = (f > 0).long() if f.dim() == 1 else f.argmax(dim=1)
+        loss, accuracy = self.loss_and_accuracy(bags, scores)
         on_step = split == "train"
         self.log(f"{split}_loss", loss, on_step=on_step, on_epoch=True, batch_size=bags.n, prog_bar=on_step)
-        self.log(f"{split}_accuracy", (predicted == bags.labels).float().mean(), on_step=False, on_epoch=True,
-                 batch_size=bags.n)
+        self.log(f"{split}_accuracy", accuracy, on_step=False, on_epoch=True, batch_size=bags.n)
         if split != "train":
             with torch.no_grad():
                 self._log_attention(scores.detach(), bags, split)

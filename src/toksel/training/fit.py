@@ -18,9 +18,10 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import MLFlowLogger
 
 from toksel.config import TrainConfig
+from toksel.models.one_layer import Bags
 from toksel.tracking import StageRun, experiment_name, tracking_uri
 from toksel.training.classifier import AttentionClassifier
-from toksel.training.data import PackedDataModule
+from toksel.training.data import PackedDataModule, batch_of_rows
 
 FINGERPRINT = "params_hash"  # the file in the checkpoint folder naming the parameters its checkpoints belong to
 
@@ -47,6 +48,7 @@ class FitResult:
     resumed_from_epoch: int | None  # where an interrupted run was picked up; None for a fresh start
     seconds: float  # this process's fit and test
     test: dict[str, float]  # test_loss, test_accuracy and the test attention metrics
+    fitted: dict[str, float]  # best_train_loss, ..._accuracy, best_val_...: the best model on the whole splits
 
 
 def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
@@ -90,4 +92,15 @@ def fit(module: AttentionClassifier, data: PackedDataModule, settings: TrainConf
         trainer.fit(module, datamodule=data, ckpt_path=resume)
         tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
     return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=resumed_from,
-                     seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()})
+                     seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
+                     fitted={f"best_{name}_{kind}": value for name in ("train", "val")
+                             for kind, value in _full_pass(module, data, name).items()})
+
+
+def _full_pass(module: AttentionClassifier, data: PackedDataModule, name: str) -> dict[str, float]:
+    """Loss and accuracy of the (best) model on a whole split, in one pass without gradients."""
+    split, rows = data.rows(name)
+    batch = {key: value.to(module.device) for key, value in batch_of_rows(split, rows, data.dtype).items()}
+    with torch.no_grad():
+        loss, accuracy = module.loss_and_accuracy(Bags.from_batch(batch))
+    return {"loss": float(loss), "accuracy": float(accuracy)}
