@@ -17,7 +17,7 @@ import torch
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
 from toksel.data.token_table import class_alphas, num_classes, occurring, read_token_table
-from toksel.io import read_npz, write_csv
+from toksel.io import file_digest, read_npz, write_csv
 from toksel.paths import processed_dir, results_dir
 from toksel.plots import binned_scores_figure, save_figure
 from toksel.theory.token_curves import token_curves
@@ -48,8 +48,10 @@ def train(config: Config, run: StageRun) -> None:
     data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.base.seed,
                             dtype)
     checkpoints = checkpoint_dir(variant)
-    result = fit(module, data, settings, checkpoints, params_hash(config.sections(SECTIONS)), run,
-                 config.base.seed, show_progress())
+    # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.
+    fingerprint = params_hash(config.sections(SECTIONS)) + file_digest(
+        processed_dir(dataset) / "train.npz", results_dir("one_step", dataset) / "embeddings.npz")
+    result = fit(module, data, settings, checkpoints, fingerprint, run, config.base.seed, show_progress())
 
     E, p, v = (parameter.detach().cpu().double().numpy() for parameter in (module.E, module.p, module.v))
     score_p, score_v = E @ p, E @ v

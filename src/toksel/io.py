@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -76,3 +77,13 @@ def write_csv(path: Path | str, frame: Any, float_format: str = "%.10g") -> None
     """A pandas DataFrame as CSV, atomically."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format=float_format)
+
+
+def file_digest(*paths: Path | str) -> str:
+    """A short content hash of files, in order (to tell whether inputs changed)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
