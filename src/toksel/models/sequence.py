@@ -1,0 +1,61 @@
+"""Models with positions (issue 5): padded batches of token ids, every softmax masked.
+
+A batch is X (n, T) token ids padded with any id where `mask` (n, T) is False. Each model maps it to logits:
+(n,) for two classes, (n, K) for K. The pad positions never enter a softmax (their scores are -inf), so the
+output does not depend on how much padding a batch carries.
+
+- OneLayer: softmax(p^T E_X^T) E_X v, the paper's model written over positions (the reference of the
+  bag-of-tokens form).
+- TwoLayer (paper Fig. 1): layer 1 self-attention over the sequence, H = E_X + softmax(E_X W1 E_X^T) E_X with
+  a residual, W1 = I/sqrt(d) by default (parameter-free) or trained (`trained_kq`); layer 2 the <cls> read-out
+  softmax(p^T W2 H^T) H v, W2 = I or trained.
+- MLP head: the attention output z goes through relu(W_a z + b_a), width d, before the linear head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax over the last axis, pad positions (mask False) excluded; mask broadcasts against scores."""
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+class SequenceClassifier(nn.Module):
+    """One or two attention layers over positions, an optional MLP, then the linear head v (or V)."""
+
+    def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, layers: int = 1,
+                 trained_kq: bool = False, mlp: bool = False) -> None:
+        super().__init__()
+        if layers not in (1, 2):
+            raise ValueError(f"layers must be 1 or 2, got {layers}")
+        d = E.shape[1]
+        self.layers = layers
+        self.E, self.p, self.v = nn.Parameter(E.clone()), nn.Parameter(p.clone()), nn.Parameter(v.clone())
+        eye = torch.eye(d, dtype=E.dtype)
+        # Key-query matrices: fixed (parameter-free attention) unless trained_kq.
+        self.W1 = nn.Parameter(eye / d**0.5, requires_grad=trained_kq)
+        self.W2 = nn.Parameter(eye.clone(), requires_grad=trained_kq)
+        self.mlp = nn.Sequential(nn.Linear(d, d, dtype=E.dtype), nn.ReLU()) if mlp else None
+
+    def hidden(self, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """H (n, T, d): the embeddings, and for two layers after the residual self-attention layer."""
+        E_X = self.E[X]
+        if self.layers == 1:
+            return E_X
+        attention = masked_softmax(E_X @ self.W1 @ E_X.transpose(1, 2), mask[:, None, :])
+        return E_X + attention @ E_X
+
+    def cls_direction(self) -> torch.Tensor:
+        """W2^T p: the <cls> read-out scores token s by p^T W2 h_s (one layer: W2 = I, the paper's p^T E_s)."""
+        return self.W2.T @ self.p if self.layers == 2 else self.p
+
+    def forward(self, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        H = self.hidden(X, mask)
+        q = masked_softmax(H @ self.cls_direction(), mask)
+        z = torch.einsum("nt,ntd->nd", q, H)
+        if self.mlp is not None:
+            z = self.mlp(z)
+        return z @ self.v
