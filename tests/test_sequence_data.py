@@ -1,0 +1,40 @@
+"""Padded batches hold their sequences in order; length buckets cut the padding and still visit every row."""
+
+import numpy as np
+
+from toksel.data.corpus import PackedSplit
+from toksel.training.sequence_data import PAD, LengthBuckets, padded_batch, padding_fraction
+
+
+def _split(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    sequences = [rng.integers(1, 30, size=rng.integers(1, 200)) for _ in range(n)]
+    return PackedSplit.from_sequences(sequences, rng.integers(0, 2, size=n), 30), sequences
+
+
+def test_a_padded_batch_holds_each_sequence_in_order_then_pads():
+    split, sequences = _split(n=10)
+    rows = np.array([3, 0, 7])
+    batch = padded_batch(split, rows)
+    assert batch["X"].shape == (3, max(len(sequences[row]) for row in rows))
+    for position, row in enumerate(rows):
+        length = len(sequences[row])
+        assert batch["X"][position, :length].tolist() == sequences[row].tolist()
+        assert batch["mask"][position].sum() == length and not batch["mask"][position, length:].any()
+        assert (batch["X"][position, length:] == PAD).all()
+    assert batch["labels"].tolist() == split.labels[rows].tolist()
+
+
+def test_length_buckets_visit_every_row_once_with_far_less_padding():
+    split, _ = _split()
+    lengths = split.lengths
+    sampler = LengthBuckets(lengths, batch_size=16, seed=0, pool=10)
+    first, second = list(sampler), list(sampler)
+    for epoch in (first, second):
+        assert sorted(row for batch in epoch for row in batch) == list(range(split.n))
+    assert first != second  # a new order each epoch
+    assert LengthBuckets(lengths, 16, seed=0, pool=10).batches()[0].tolist() == first[0]  # seeded
+    random_batches = np.array_split(np.random.default_rng(0).permutation(split.n), len(first))
+    bucketed = padding_fraction(lengths, [np.array(batch) for batch in first])
+    unsorted = padding_fraction(lengths, random_batches)
+    assert unsorted > 0.4 and bucketed < unsorted / 4, (unsorted, bucketed)
