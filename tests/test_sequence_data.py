@@ -3,7 +3,7 @@
 import numpy as np
 
 from toksel.data.corpus import PackedSplit
-from toksel.training.sequence_data import PAD, LengthBuckets, padded_batch, padding_fraction
+from toksel.training.sequence_data import PAD, LengthBuckets, SequenceDataModule, padded_batch, padding_fraction
 
 
 def _split(n=400, seed=0):
@@ -38,3 +38,15 @@ def test_length_buckets_visit_every_row_once_with_far_less_padding():
     bucketed = padding_fraction(lengths, [np.array(batch) for batch in first])
     unsorted = padding_fraction(lengths, random_batches)
     assert unsorted > 0.4 and bucketed < unsorted / 4, (unsorted, bucketed)
+
+
+def test_the_data_module_yields_padded_bucketed_training_batches(tmp_path):
+    split, _ = _split(n=120)
+    split.save(tmp_path / "train.npz")
+    split.save(tmp_path / "test.npz")
+    data = SequenceDataModule(tmp_path, batch_size=8, val_fraction=0.25, seed=0)
+    train_rows = data.rows("train")[1]
+    seen = [batch for batch in data.train_dataloader()]
+    assert sum(len(batch["labels"]) for batch in seen) == len(train_rows) == 90
+    assert all(batch["X"].shape == batch["mask"].shape for batch in seen)
+    assert sum(len(batch["labels"]) for batch in data.val_dataloader()) == 30

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
 from toksel.data.corpus import PackedSplit
+from toksel.training.data import PackedDataModule
 
 PAD = 0  # the id in pad positions; masked out of every softmax, so any id would do
 
@@ -63,44 +63,23 @@ class LengthBuckets(Sampler[list[int]]):
         return -(-len(self.lengths) // self.batch_size)
 
 
-class SequenceDataModule(pl.LightningDataModule):
-    """Train (bucketed or shuffled), validation (a seeded share of train) and test, as padded batches."""
+class SequenceDataModule(PackedDataModule):
+    """The packed corpus's train / validation / test rows (PackedDataModule), as padded batches; the training
+    batches bucketed by length unless `bucketed` is False."""
 
     def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int, bucketed: bool = True) -> None:
-        super().__init__()
-        self.directory, self.batch_size, self.val_fraction, self.seed, self.bucketed = (
-            directory, batch_size, val_fraction, seed, bucketed)
-        self.splits: dict[str, tuple[PackedSplit, np.ndarray]] = {}
+        super().__init__(directory, batch_size, val_fraction, seed)
+        self.bucketed = bucketed
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.splits:
-            return
-        train = PackedSplit.load(self.directory / "train.npz")
-        test = PackedSplit.load(self.directory / "test.npz")
-        order = np.random.default_rng(self.seed).permutation(train.n)
-        held_out = max(1, round(self.val_fraction * train.n))
-        self.splits = {"train": (train, np.sort(order[held_out:])), "val": (train, np.sort(order[:held_out])),
-                       "test": (test, np.arange(test.n))}
-
-    def _loader(self, name: str) -> DataLoader:
-        self.setup()
-        split, rows = self.splits[name]
+    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+        split, rows = self.rows(name)
 
         def collate(positions: list[int]) -> dict[str, torch.Tensor]:
             return padded_batch(split, rows[np.asarray(positions)])
 
-        if name == "train" and self.bucketed:
+        if shuffle and self.bucketed:
             sampler = LengthBuckets(split.lengths[rows], self.batch_size, self.seed)
             return DataLoader(range(len(rows)), batch_sampler=sampler, collate_fn=collate)
         generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(range(len(rows)), batch_size=self.batch_size, shuffle=name == "train",
-                          generator=generator, collate_fn=collate)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return DataLoader(range(len(rows)), batch_size=self.batch_size, shuffle=shuffle, generator=generator,
+                          collate_fn=collate)
