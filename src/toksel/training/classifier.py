@@ -25,12 +25,12 @@ class AttentionClassifier(pl.LightningModule):
         self.register_buffer("important", important.to(torch.bool))
         self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
 
-    def forward(self, bags: Bags) -> torch.Tensor:
-        return attention_output(self.E @ self.p, self.E @ self.v, bags)
+    def forward(self, bags: Bags, scores: torch.Tensor | None = None) -> torch.Tensor:
+        """f(X) per sequence; `scores` = E p when the caller already has it."""
+        return attention_output(self.E @ self.p if scores is None else scores, self.E @ self.v, bags)
 
     def loss_and_accuracy(self, bags: Bags, scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = self.E @ self.p if scores is None else scores
-        f = attention_output(scores, self.E @ self.v, bags)
+        f = self(bags, scores)
         predicted = (f > 0).long() if f.dim() == 1 else f.argmax(dim=1)
         return classification_loss(f, bags), (predicted == bags.labels).float().mean()
 

@@ -52,7 +52,7 @@ class FitResult:
 
 
 def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
-    """`last.ckpt` of an interrupted run with the same parameters, or None; stale checkpoints are removed."""
+    """`last.ckpt` of an interrupted run with the same fingerprint, or None; stale checkpoints are removed."""
     marker = folder / FINGERPRINT
     if marker.exists() and marker.read_text() == fingerprint and (folder / "last.ckpt").exists():
         return folder / "last.ckpt"
@@ -67,7 +67,8 @@ def fit(module: AttentionClassifier, data: PackedDataModule, settings: TrainConf
         callbacks: Sequence[pl.Callback] = ()) -> FitResult:
     """Train until early stopping (or max_epochs), then test the best checkpoint, whose weights `module` keeps.
 
-    An interrupted fit with the same `fingerprint` (the parameters' hash) resumes from its last checkpoint.
+    An interrupted fit with the same `fingerprint` (the caller's key of parameters and inputs) resumes from its
+    last checkpoint.
     """
     start = time.perf_counter()
     pl.seed_everything(seed, workers=True, verbose=False)
