@@ -218,3 +218,24 @@ def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mir
     assert "3 classes (rebuttal)" in summary and "top by E_s^T v_2" in summary
     scores = pd.read_csv(results / "evaluate" / "three" / "token_scores.csv")
     assert {"posterior_difference", "score_p", "alpha_class_2", "score_v_class_2"} <= set(scores.columns)
+
+
+def test_labels_keep_the_chosen_source_classes_renumbered_in_their_order(project, monkeypatch):
+    stars = pd.DataFrame({"text": [f"review {i}" for i in range(10)], "label": [0, 1, 2, 3, 4, 4, 3, 2, 1, 0]})
+    write_mirror(project / "mirror", name="stars", train=stars, test=stars)
+    monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(project / "mirror"))
+    data = DataConfig(source="hub", hub_id="example/stars", labels=[0, 1, 3, 4], num_classes=4)
+    split = load_text_split("stars4", data, "train")
+    assert split.texts == ["review 0", "review 1", "review 3", "review 4", "review 5", "review 6", "review 8",
+                           "review 9"]  # the 3-star rows (label 2) are left out
+    assert split.labels.tolist() == [0, 1, 2, 3, 3, 2, 1, 0]
+    with pytest.raises(ToksError, match=r"data.labels names \[7\]"):
+        load_text_split("stars4", DataConfig(source="hub", hub_id="example/stars", labels=[0, 1, 3, 7],
+                                             num_classes=4), "train")
+
+
+def test_labels_must_name_num_classes_distinct_labels(project):
+    from toksel.config import load_config
+
+    with pytest.raises(ToksError, match="must list data.num_classes = 4 distinct"):
+        load_config(["data.labels=[0,1,1,4]", "data.num_classes=4"])

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
+from typing import Any, Dict, List, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -58,6 +58,8 @@ class DataConfig:
     text_column: str = bounded("text", help="column holding the text")
     label_column: str = bounded("label", help="column holding the integer label")
     num_classes: int = bounded(2, ge=2, help="labels must lie in 0 .. num_classes - 1")
+    labels: Optional[List[int]] = bounded(  # noqa: UP006, UP045
+        None, help="keep the rows with these source labels, renumbered 0 .. K-1 in this order (null: all rows)")
     tokenizer: str = bounded("word", choices=("word", "wordpiece", "bpe"),
                              help="word: lowercase words and punctuation; wordpiece/bpe: trained on train")
     subword_vocab_size: int = bounded(8000, ge=100, help="vocabulary size a subword tokenizer is trained to")
@@ -165,6 +167,9 @@ def _check_consistency(config: Config, prefix: str) -> None:
                                                                           synthetic.n_test % 2):
         raise ToksError(f"config error: {prefix}data.synthetic.n_train and n_test must be even in assumption1 "
                         "mode (sequences come in +/- pairs)")
+    if data.labels is not None and (len(data.labels) != data.num_classes or len(set(data.labels)) != len(data.labels)):
+        raise ToksError(f"config error: {prefix}data.labels = {data.labels} must list data.num_classes = "
+                        f"{data.num_classes} distinct source labels")
     if data.source == "hub" and not data.hub_id:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
 

@@ -1,8 +1,10 @@
 """Labelled text splits from the Hugging Face Hub, or from an offline mirror of it.
 
-Where $TOKSEL_DATA_MIRROR names a folder laid out as <dataset>/<split>.parquet, that file is read;
-otherwise `datasets.load_dataset(hub_id, split=...)`. Either way the split is checked before use: the
-columns exist, it is not empty, its labels are integers in 0 .. num_classes - 1, and it has two classes.
+Where $TOKSEL_DATA_MIRROR names a folder laid out as <name>/<split>.parquet, with <name> the last part of
+the Hub id (imdb for stanfordnlp/imdb), that file is read; otherwise `datasets.load_dataset(hub_id, split=...)`.
+data.labels, when set, keeps only the rows with those source labels and renumbers them 0 .. K-1 in the order
+given (Yelp's stars 1, 2, 4, 5 as four classes). Either way the split is checked before use: the columns exist,
+it is not empty, its labels are integers in 0 .. num_classes - 1, and it has two classes.
 """
 
 from __future__ import annotations
@@ -31,15 +33,33 @@ class TextSplit:
 
 def load_text_split(dataset: str, data: DataConfig, split: str) -> TextSplit:
     mirror = os.environ.get(MIRROR_ENV)
-    frame = _read_mirror(Path(mirror), dataset, split) if mirror else _read_hub(data.hub_id, split)
-    return _checked(frame, f"{dataset}/{split}", data)
+    frame = _read_mirror(Path(mirror), data.hub_id, split) if mirror else _read_hub(data.hub_id, split)
+    name = f"{dataset}/{split}"
+    if data.labels is not None:
+        frame = _relabelled(frame, name, data)
+    return _checked(frame, name, data)
 
 
-def _read_mirror(mirror: Path, dataset: str, split: str) -> pd.DataFrame:
-    path = mirror / dataset / f"{split}.parquet"
+def _read_mirror(mirror: Path, hub_id: str, split: str) -> pd.DataFrame:
+    path = mirror / hub_id.rsplit("/", 1)[-1] / f"{split}.parquet"
     if not path.is_file():
-        raise ToksError(f"mirror file {path} is missing: {MIRROR_ENV}={mirror} must hold <dataset>/<split>.parquet")
+        raise ToksError(f"mirror file {path} is missing: {MIRROR_ENV}={mirror} must hold <name>/<split>.parquet, "
+                        f"<name> the last part of the Hub id {hub_id!r}")
     return pd.read_parquet(path)
+
+
+def _relabelled(frame: pd.DataFrame, name: str, data: DataConfig) -> pd.DataFrame:
+    """The rows whose source label is in data.labels, labelled by its position there."""
+    if data.label_column not in frame.columns:
+        return frame  # _checked names the missing column
+    source = frame[data.label_column]
+    absent = [label for label in data.labels if not (source == label).any()]
+    if absent:
+        raise ToksError(f"{name}: data.labels names {absent}, but the source has no row with "
+                        f"{'that label' if len(absent) == 1 else 'those labels'} (it has {sorted(source.unique())})")
+    kept = frame[source.isin(data.labels)].copy()
+    kept[data.label_column] = kept[data.label_column].map({label: k for k, label in enumerate(data.labels)})
+    return kept.reset_index(drop=True)
 
 
 def _read_hub(hub_id: str, split: str) -> pd.DataFrame:
