@@ -4,7 +4,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipelines import evaluate, gradient_flow, one_step, prepare, train
+from pipelines import ablation, ablation_report, evaluate, gradient_flow, one_step, prepare, train
 from tests.helpers import ROOT
 from toksel.config import DATASET_SECTIONS, load_config, params_hash
 from toksel.errors import ToksError
@@ -67,11 +67,11 @@ def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
     """DVC re-runs a stage when a section it lists changes: the list must match what the stage reads."""
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for module in (prepare, one_step, gradient_flow, evaluate, train):
+    for module in (prepare, one_step, gradient_flow, evaluate, train, ablation, ablation_report):
         name = module.__name__.rsplit(".", 1)[-1]
         if "foreach" in stages[name]:
             listed, key = stages[name]["do"]["params"], "${key}"
-        else:  # a matrix over datasets
+        else:  # a matrix over datasets, or a single stage
             listed, key = stages[name]["params"], "${item.dataset}"
         own = tuple(f"datasets.{key}.{section}" for section in module.SECTIONS if section in DATASET_SECTIONS)
         assert tuple(listed) == module.SECTIONS + own, name

@@ -38,7 +38,8 @@ def dvc_project(tmp_path: Path) -> Path:
         shutil.copy(ROOT / name, tmp_path / name)
     for folder in ("src", "pipelines"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    tiny_training = ["train.max_epochs=2", "train.batch_size=16"]
+    tiny_training = ["train.max_epochs=2", "train.batch_size=16", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
+                     "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic"]
     params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
     OmegaConf.save(params, tmp_path / "params.yaml")
@@ -61,10 +62,17 @@ def _pipeline_runs(project: Path) -> dict[str, list[str]]:
 def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project):
     first = _stages_run(_dvc(dvc_project, "repro"))
     training = ["train-one_step", "train-trained", "train-untrained"]
-    assert first[:2] == ["prepare", "one_step"] and first[-1] == "evaluate"
-    assert sorted(first[2:-1]) == ["gradient_flow", *training]
-    every_stage = ["evaluate", "gradient_flow", "one_step", "prepare", "train", "train", "train"]
+    ablations = ["ablation-two_layer_kq"]  # ablation.variants: one of the four, to keep the test short
+    assert first[0] == "prepare" and first.index("one_step") < first.index("gradient_flow")
+    assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train-trained"])
+    assert sorted(first) == sorted(["prepare", "one_step", "gradient_flow", *training, "evaluate", *ablations,
+                                    "ablation_report"])
+    every_stage = sorted(["evaluate", "gradient_flow", "one_step", "prepare", *["train"] * 3, "ablation",
+                          "ablation_report"])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
+    summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
+    assert "2-layer + W_KQ: p^T W_KQ^(2) E_s | synthetic two_layer_kq |" in summary
+    assert "synthetic has two classes: no multi-class comparison" in summary
 
     metrics = json.loads(_dvc(dvc_project, "metrics", "show", "--json"))
     shown = json.dumps(metrics)
@@ -78,10 +86,15 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = _dvc(dvc_project, "repro")
     assert _stages_run(second) == ["gradient_flow", "evaluate"]
-    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [["evaluate", "gradient_flow"], every_stage]
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([["evaluate", "gradient_flow"],
+                                                                               every_stage])
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("400,")
 
-    params.train.lr = 0.01  # a training parameter: the three training runs and evaluate, nothing upstream
+    params.train.lr = 0.01  # a training parameter: every training run and what reads them, nothing upstream
     OmegaConf.save(params, dvc_project / "params.yaml")
-    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == ["evaluate", *training]
+    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted(["evaluate", *training, *ablations,
+                                                                      "ablation_report"])
+    params.sequence.bucketed = False  # a sequence-model parameter: the ablations only
+    OmegaConf.save(params, dvc_project / "params.yaml")
+    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted([*ablations, "ablation_report"])

@@ -20,7 +20,7 @@ def _case(seed=0, n=25, vocab=12, T=7, d=16, num_classes=2):
 def _values_and_gradients(model, E, p, v, inputs, bags):
     E, p, v = (t.detach().clone().requires_grad_(True) for t in (E, p, v))
     f = model(E, p, v, inputs)
-    loss = classification_loss(f, bags)
+    loss = classification_loss(f, bags.labels)
     return (f.detach(), loss.detach(), *torch.autograd.grad(loss, (E, p, v)))
 
 

@@ -18,7 +18,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.paths import processed_dir, results_dir
 from toksel.theory.token_curves import binned_curve
 from toksel.tracking import stage_run
-from toksel.training.classifier import AttentionClassifier
+from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule, batch_of_rows
 from toksel.training.fit import fit
 
@@ -40,7 +40,7 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     assert metrics["test_accuracy"] > 0.9 and metrics["spearman_v_alpha"] > 0.5
     assert metrics["best_train_accuracy"] > 0.9 and metrics["best_val_accuracy"] > 0.8
     assert metrics["best_train_loss"] < 0.5 * np.log(2)  # well below the loss of a blind guess
-    assert not (prepared / "checkpoints" / "synthetic" / "trained").exists()  # finished: nothing to resume
+    assert not (prepared / "checkpoints" / "train" / "synthetic" / "trained").exists()  # finished: nothing to resume
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
@@ -67,7 +67,7 @@ class Crash(pl.Callback):
 def _fit_parts(config):
     embeddings = np.load(results_dir("one_step", "synthetic") / "embeddings.npz")
     tokens = pd.read_csv(processed_dir("synthetic") / "tokens.csv")
-    module = AttentionClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
+    module = BagClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
                                  torch.tensor(tokens["important"].to_numpy()), train_embeddings=True, lr=0.02)
     data = PackedDataModule(processed_dir("synthetic"), 16, 0.1, seed=0)
     return module, data

@@ -64,3 +64,29 @@ def training_comparison(runs: dict[str, dict]) -> tuple[str, dict[str, float | N
               f", E_s^T p {number(ratios['bin_spread_p_ratio'])}."]
     metrics = {f"accuracy_{variant}": runs[variant].get("test_accuracy") for variant in EMBEDDINGS}
     return "\n".join(lines), {**metrics, **ratios}
+
+
+VARIANT_ROWS = (  # the ablation runs of one dataset, side by side
+    ("test_accuracy", "test accuracy"),
+    ("test_loss", "test loss"),
+    ("best_train_loss", "train loss (best model)"),
+    ("spearman_v_alpha", "Spearman of E_s^T v with alpha_s"),
+    ("spearman_p_abs_alpha", "Spearman of the <cls> score with \\|alpha_s\\|"),
+    ("p_min_location", "posterior difference where the <cls> score curve is lowest"),
+    ("bin_spread_p", "mean per-bin std of the <cls> score / range of its bin means"),
+    ("test_attention_important_mass", "attention mass on the important tokens (test)"),
+    ("test_argmax_important_fraction", "sequences whose top token is important (test)"),
+    ("padding_fraction", "padding in the training batches"),
+    ("epochs", "epochs trained"),
+    ("seconds", "seconds"),
+)
+
+
+def variants_comparison(runs: dict[str, dict]) -> str:
+    """Markdown table with one column per model variant (its metrics.json)."""
+    lines = ["| quantity | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
+    for metric, label in VARIANT_ROWS:
+        values = (runs[variant].get(metric) for variant in runs)
+        lines.append(f"| {label} | " + " | ".join("not computed" if value is None else f"{value:.4g}"
+                                                  for value in values) + " |")
+    return "\n".join(lines)

@@ -114,6 +114,47 @@ class TrainConfig:
     bins: int = bounded(20, ge=2, help="equal-width bins of the posterior difference for the token curves")
 
 
+SEQUENCE_VARIANTS = ("one_layer", "mlp", "two_layer", "two_layer_kq")  # models/sequence.py LAYOUTS
+
+
+@dataclass
+class ScaleConfig:
+    d: int = bounded(256, ge=1, help="embedding dimension")
+    max_len: Optional[int] = bounded(128, ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
+    max_train: int = bounded(12000, ge=0, help="seeded subset of the train split, validation included (0: all)")
+    max_test: int = bounded(5000, ge=0, help="seeded subset of the test split (0: all)")
+
+
+@dataclass
+class SequenceConfig:
+    variant: str = bounded("two_layer", choices=SEQUENCE_VARIANTS,
+                           help="one_layer; mlp: a ReLU layer of width d before the head; two_layer: residual "
+                                "self-attention, then the <cls> read-out; two_layer_kq: both with trained W_KQ")
+    scale: str = bounded("cpu", choices=("cpu", "paper"), help="which size profile below the stage uses")
+    cpu: ScaleConfig = field(default_factory=ScaleConfig)
+    paper: ScaleConfig = field(default_factory=lambda: ScaleConfig(d=2048, max_len=None, max_train=0, max_test=0))
+    batch_size: int = bounded(64, ge=1, help="sequences per minibatch")
+    bucketed: bool = bounded(True, help="training batches of similar length (less padding)")
+
+    @property
+    def profile(self) -> ScaleConfig:
+        return self.cpu if self.scale == "cpu" else self.paper
+
+
+@dataclass
+class AblationConfig:
+    datasets: List[str] = field(  # noqa: UP006
+        default_factory=lambda: ["imdb", "yelp_polarity"],
+        metadata={"help": "dvc.yaml runs each of ablation.variants on each of these datasets"})
+    variants: List[str] = field(  # noqa: UP006
+        default_factory=lambda: list(SEQUENCE_VARIANTS),
+        metadata={"help": f"the sequence.variant values dvc.yaml runs ({', '.join(SEQUENCE_VARIANTS)})"})
+    multiclass: str = bounded("yelp_stars4", help="the dataset whose train@<it>-trained curves are set against "
+                                                 "the rebuttal's 4-class tables")
+    min_spearman: float = bounded(0.7, ge=-1.0, le=1.0, help="a curve agrees in shape with a rebuttal table when "
+                                                             "the Spearman of their bin means is at least this")
+
+
 @dataclass
 class EvaluateConfig:
     max_slope_rel_error: float = bounded(0.05, gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
@@ -131,6 +172,8 @@ class Config:
     one_step: OneStepConfig = field(default_factory=OneStepConfig)
     gradient_flow: GradientFlowConfig = field(default_factory=GradientFlowConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    sequence: SequenceConfig = field(default_factory=SequenceConfig)
+    ablation: AblationConfig = field(default_factory=AblationConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
@@ -170,6 +213,16 @@ def _check_consistency(config: Config, prefix: str) -> None:
     if data.labels is not None and (len(data.labels) != data.num_classes or len(set(data.labels)) != len(data.labels)):
         raise ToksError(f"config error: {prefix}data.labels = {data.labels} must list data.num_classes = "
                         f"{data.num_classes} distinct source labels")
+    if not config.ablation.datasets:
+        raise ToksError(f"config error: {prefix}ablation.datasets is empty: name at least one dataset")
+    unknown = [variant for variant in config.ablation.variants if variant not in SEQUENCE_VARIANTS]
+    if unknown or not config.ablation.variants:
+        raise ToksError(f"config error: {prefix}ablation.variants = {config.ablation.variants} must name some of "
+                        f"{', '.join(SEQUENCE_VARIANTS)}")
+    for name in (*config.ablation.datasets, config.ablation.multiclass):
+        if config.datasets and name not in config.datasets:
+            raise ToksError(f"config error: {prefix}ablation names the dataset {name!r}, which `datasets` does not "
+                            f"define ({', '.join(config.datasets)})")
     if data.source == "hub" and not data.hub_id:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
 

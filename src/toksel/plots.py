@@ -152,3 +152,34 @@ def binned_scores_figure(panels: list[tuple[np.ndarray, np.ndarray, pd.DataFrame
     figure.suptitle(title)
     figure.tight_layout()
     return figure
+
+
+def _standardised(values: np.ndarray) -> np.ndarray:
+    return (values - np.nanmean(values)) / np.nanstd(values)
+
+
+def rebuttal_figure(curves: list[tuple]) -> plt.Figure:
+    """One panel per rebuttal table: its bin means and ours (one line per run), each standardised (mean 0, std 1)
+    against x over its largest |x|; curves holds (table, run name, our bin centres, our bin means)."""
+    tables = list(dict.fromkeys(table for table, *_ in curves))
+    columns = min(3, len(tables))
+    rows = -(-len(tables) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, 3.5 * rows), squeeze=False)
+    for axis, table in zip(axes.flat, tables, strict=False):
+        x = np.asarray(table.x)
+        axis.plot(x / np.abs(x).max(), _standardised(np.asarray(table.means)), color="black", marker="s", ms=3,
+                  lw=1.5, label="rebuttal")
+        for other, name, centres, means in curves:
+            if other is table:
+                filled = np.isfinite(means)
+                axis.plot(centres[filled] / np.abs(centres[filled]).max(), _standardised(means[filled]), marker="o",
+                          ms=2.5, lw=1, alpha=0.85, label=f"ours: {name}")
+        axis.set_title(table.title, fontsize=9)
+        axis.set_xlabel("x / max |x|")
+        axis.set_ylabel("bin mean, standardised")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    for axis in list(axes.flat)[len(tables):]:
+        axis.set_visible(False)
+    figure.tight_layout()
+    return figure

@@ -28,7 +28,6 @@ class Bags:
     rows: torch.Tensor  # (nnz,) sequence index of each entry
     tokens: torch.Tensor  # (nnz,) token id
     counts: torch.Tensor  # (nnz,) c_{X,s}, float
-    y: torch.Tensor  # (n,) labels in {-1, +1}, float (two classes)
     labels: torch.Tensor  # (n,) labels in 0 .. K-1, long
     n: int
 
@@ -38,7 +37,6 @@ class Bags:
             rows=torch.from_numpy(split.bag_rows),
             tokens=torch.from_numpy(split.bag_tokens),
             counts=torch.from_numpy(split.bag_counts).to(dtype),
-            y=torch.from_numpy(2 * split.labels - 1).to(dtype),
             labels=torch.from_numpy(split.labels),
             n=split.n,
         )
@@ -47,8 +45,7 @@ class Bags:
     def from_batch(cls, batch: Mapping[str, torch.Tensor]) -> Bags:
         """A minibatch as the data module yields it (rows numbered 0 .. n-1): rows, tokens, counts, labels."""
         labels = batch["labels"]
-        return cls(rows=batch["rows"], tokens=batch["tokens"], counts=batch["counts"],
-                   y=(2 * labels - 1).to(batch["counts"].dtype), labels=labels, n=len(labels))
+        return cls(rows=batch["rows"], tokens=batch["tokens"], counts=batch["counts"], labels=labels, n=len(labels))
 
     def row_sum(self, values: torch.Tensor) -> torch.Tensor:
         """Sum over each sequence's entries; values (nnz,) or (nnz, K)."""
@@ -107,13 +104,20 @@ def logistic_loss(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.softplus(-y * f).mean()
 
 
-def classification_loss(f: torch.Tensor, bags: Bags) -> torch.Tensor:
-    """The logistic loss for one output per sequence, the cross-entropy for K."""
-    return logistic_loss(f, bags.y) if f.dim() == 1 else torch.nn.functional.cross_entropy(f, bags.labels)
+def classification_loss(f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The logistic loss for one output per sequence (y = 2 label - 1), the cross-entropy for K."""
+    if f.dim() == 1:
+        return logistic_loss(f, (2 * labels - 1).to(f.dtype))
+    return torch.nn.functional.cross_entropy(f, labels)
+
+
+def predicted_labels(f: torch.Tensor) -> torch.Tensor:
+    """The class each output predicts: f > 0 for one output, the largest logit for K."""
+    return (f > 0).long() if f.dim() == 1 else f.argmax(dim=1)
 
 
 def loss(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, bags: Bags) -> torch.Tensor:
-    return classification_loss(forward(E, p, v, bags), bags)
+    return classification_loss(forward(E, p, v, bags), bags.labels)
 
 
 def dense_forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, X: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# The variants by name (config.SEQUENCE_VARIANTS): SequenceClassifier's keyword arguments for each.
+LAYOUTS: dict[str, dict[str, int | bool]] = {
+    "one_layer": {},
+    "mlp": {"mlp": True},
+    "two_layer": {"layers": 2},
+    "two_layer_kq": {"layers": 2, "trained_kq": True},
+}
+
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """softmax over the last axis, pad positions (mask False) excluded; mask broadcasts against scores."""
@@ -52,10 +60,15 @@ class SequenceClassifier(nn.Module):
         """W2^T p: the <cls> read-out scores token s by p^T W2 h_s (one layer: W2 = I, the paper's p^T E_s)."""
         return self.W2.T @ self.p if self.layers == 2 else self.p
 
-    def forward(self, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def readout(self, X: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The logits, the <cls> attention q (n, T) over positions and the scores it is the softmax of."""
         H = self.hidden(X, mask)
-        q = masked_softmax(H @ self.cls_direction(), mask)
+        scores = H @ self.cls_direction()
+        q = masked_softmax(scores, mask)
         z = torch.einsum("nt,ntd->nd", q, H)
         if self.mlp is not None:
             z = self.mlp(z)
-        return z @ self.v
+        return z @ self.v, q, scores
+
+    def forward(self, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.readout(X, mask)[0]

@@ -55,10 +55,11 @@ def binned_curve(x: np.ndarray, y: np.ndarray, bins: int) -> BinnedCurve:
     return BinnedCurve((edges[:-1] + edges[1:]) / 2, counts, means, stds)
 
 
-def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray,
-                 bins: int) -> tuple[dict[str, float], dict[str, BinnedCurve]]:
-    """Metrics and curves over the tokens that occur in training. score_v: (|S|,), or (|S|, K) for K classes."""
-    present = occurring(tokens)
+def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray, bins: int,
+                 among: np.ndarray | None = None) -> tuple[dict[str, float], dict[str, BinnedCurve]]:
+    """Metrics and curves over the tokens that occur in training (and are in `among`, a bool mask, if given).
+    score_v: (|S|,), or (|S|, K) for K classes."""
+    present = occurring(tokens) if among is None else occurring(tokens) & among
     x = tokens["posterior_difference"].to_numpy()[present]
     p = score_p[present]
     curves = {"p": binned_curve(x, p, bins)}

@@ -1,76 +1,100 @@
-"""The one-layer model as a LightningModule: f(X) = softmax(p^T E_X^T) E_X v in its bag-of-tokens form, with
-E, p and v trained jointly, or E frozen (the embedding ablations). K > 2 classes: V holds K output vectors.
+"""The models as LightningModules. ClassifierModule holds what they share; BagClassifier is the one-layer
+model f(X) = softmax(p^T E_X^T) E_X v in its bag-of-tokens form, with E, p and v trained jointly, or E frozen
+(the embedding ablations). K > 2 classes: V holds K output vectors.
 
-Every split logs its loss and accuracy; validation and test also log where the attention goes: the mass on
-each sequence's important tokens, the entropy over positions, and how often the top-scoring token is
+Every split logs its loss and accuracy; validation and test also log where the <cls> attention goes: the mass
+on each sequence's important tokens, the entropy over positions, and how often the top-scoring token is
 important.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from toksel.models.one_layer import Bags, attention_output, attention_weights, classification_loss
+from toksel.models.one_layer import (
+    Bags,
+    attention_output,
+    attention_weights,
+    classification_loss,
+    predicted_labels,
+)
+
+Batch = Mapping[str, torch.Tensor]
 
 
-class AttentionClassifier(pl.LightningModule):
-    def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, important: torch.Tensor,
-                 train_embeddings: bool, optimizer: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+@dataclass(frozen=True)
+class Focus:
+    """Per sequence, where the <cls> read-out attends."""
+
+    important_mass: torch.Tensor  # (n,) attention on positions that hold an important token
+    entropy: torch.Tensor  # (n,) of the attention over positions
+    top_is_important: torch.Tensor  # (n,) bool: a top-scoring position holds an important token
+    has_important: torch.Tensor  # (n,) bool: the sequence holds an important token
+
+
+class ClassifierModule(pl.LightningModule):
+    """Loss, accuracy and attention logging per split, and the optimiser of the trained parameters.
+
+    A subclass gives `logits(batch)`, `logits_and_focus(batch)` and `token_scores()`.
+    """
+
+    def __init__(self, important: torch.Tensor, optimizer: str, lr: float, weight_decay: float) -> None:
         super().__init__()
-        self.E = nn.Parameter(E.clone(), requires_grad=train_embeddings)
-        self.p = nn.Parameter(p.clone())
-        self.v = nn.Parameter(v.clone())
         self.register_buffer("important", important.to(torch.bool))
         self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
 
-    def forward(self, bags: Bags, scores: torch.Tensor | None = None) -> torch.Tensor:
-        """f(X) per sequence; `scores` = E p when the caller already has it."""
-        return attention_output(self.E @ self.p if scores is None else scores, self.E @ self.v, bags)
+    def logits(self, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
 
-    def loss_and_accuracy(self, bags: Bags, scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        f = self(bags, scores)
-        predicted = (f > 0).long() if f.dim() == 1 else f.argmax(dim=1)
-        return classification_loss(f, bags), (predicted == bags.labels).float().mean()
+    def logits_and_focus(self, batch: Batch) -> tuple[torch.Tensor, Focus]:
+        raise NotImplementedError
 
-    def _step(self, batch: dict[str, torch.Tensor], split: str) -> torch.Tensor:
-        bags = Bags.from_batch(batch)
-        scores = self.E @ self.p
-        loss, accuracy = self.loss_and_accuracy(bags, scores)
+    def token_scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the <cls> score of each token, E_s^T v or E_s^T V), float64 on the CPU: what the figures plot."""
+        raise NotImplementedError
+
+    def loss_and_accuracy(self, batch: Batch, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.logits(batch) if logits is None else logits
+        labels = batch["labels"]
+        return classification_loss(f, labels), (predicted_labels(f) == labels).float().mean()
+
+    def _step(self, batch: Batch, split: str) -> torch.Tensor:
+        n = len(batch["labels"])
+        if split == "train":
+            loss, accuracy = self.loss_and_accuracy(batch)
+        else:
+            logits, focus = self.logits_and_focus(batch)
+            loss, accuracy = self.loss_and_accuracy(batch, logits)
+            self._log_focus(focus, split)
         on_step = split == "train"
-        self.log(f"{split}_loss", loss, on_step=on_step, on_epoch=True, batch_size=bags.n, prog_bar=on_step)
-        self.log(f"{split}_accuracy", accuracy, on_step=False, on_epoch=True, batch_size=bags.n)
-        if split != "train":
-            with torch.no_grad():
-                self._log_attention(scores.detach(), bags, split)
+        self.log(f"{split}_loss", loss, on_step=on_step, on_epoch=True, batch_size=n, prog_bar=on_step)
+        self.log(f"{split}_accuracy", accuracy, on_step=False, on_epoch=True, batch_size=n)
         return loss
 
-    def _log_attention(self, scores: torch.Tensor, bags: Bags, split: str) -> None:
-        q = attention_weights(scores, bags)
-        important = self.important[bags.tokens].to(q.dtype)
-        has_important = bags.row_sum(important) > 0
-        mass = bags.row_sum(q * important)
-        # Entropy over positions: each of the c_s positions of token s carries q_s / c_s.
-        entropy = -bags.row_sum(torch.special.xlogy(q, q / bags.counts))
-        entry_scores = scores[bags.tokens]
-        top = (entry_scores == bags.row_max(entry_scores)[bags.rows]).to(q.dtype)
-        top_is_important = bags.row_sum(top * important) > 0
-        with_important = int(has_important.sum())
+    def _log_focus(self, focus: Focus, split: str) -> None:
+        with_important = int(focus.has_important.sum())
         if with_important:
-            self.log(f"{split}_attention_important_mass", mass[has_important].mean(), on_epoch=True,
-                     batch_size=with_important)
-            self.log(f"{split}_argmax_important_fraction", top_is_important[has_important].float().mean(),
+            self.log(f"{split}_attention_important_mass", focus.important_mass[focus.has_important].mean(),
                      on_epoch=True, batch_size=with_important)
-        self.log(f"{split}_attention_entropy", entropy.mean(), on_epoch=True, batch_size=bags.n)
+            self.log(f"{split}_argmax_important_fraction",
+                     focus.top_is_important[focus.has_important].float().mean(), on_epoch=True,
+                     batch_size=with_important)
+        self.log(f"{split}_attention_entropy", focus.entropy.mean(), on_epoch=True,
+                 batch_size=len(focus.entropy))
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._step(batch, "val")
 
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._step(batch, "test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -78,3 +102,41 @@ class AttentionClassifier(pl.LightningModule):
         if self.optimizer_name == "sgd":
             return torch.optim.SGD(trained, lr=self.lr, weight_decay=self.weight_decay)
         return torch.optim.AdamW(trained, lr=self.lr, weight_decay=self.weight_decay)
+
+
+def as_numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().cpu().double().numpy()
+
+
+class BagClassifier(ClassifierModule):
+    """The one-layer model on batches of bags (training/data.py)."""
+
+    def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, important: torch.Tensor,
+                 train_embeddings: bool, optimizer: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+        super().__init__(important, optimizer, lr, weight_decay)
+        self.E = nn.Parameter(E.clone(), requires_grad=train_embeddings)
+        self.p = nn.Parameter(p.clone())
+        self.v = nn.Parameter(v.clone())
+
+    def logits(self, batch: Batch) -> torch.Tensor:
+        return attention_output(self.E @ self.p, self.E @ self.v, Bags.from_batch(batch))
+
+    def logits_and_focus(self, batch: Batch) -> tuple[torch.Tensor, Focus]:
+        bags, scores = Bags.from_batch(batch), self.E @ self.p
+        logits = attention_output(scores, self.E @ self.v, bags)
+        with torch.no_grad():
+            q = attention_weights(scores, bags)
+            important = self.important[bags.tokens].to(q.dtype)
+            entry_scores = scores[bags.tokens]
+            top = (entry_scores == bags.row_max(entry_scores)[bags.rows]).to(q.dtype)
+            focus = Focus(
+                important_mass=bags.row_sum(q * important),
+                # Each of the c_s positions of token s carries q_s / c_s.
+                entropy=-bags.row_sum(torch.special.xlogy(q, q / bags.counts)),
+                top_is_important=bags.row_sum(top * important) > 0,
+                has_important=bags.row_sum(important) > 0,
+            )
+        return logits, focus
+
+    def token_scores(self) -> tuple[np.ndarray, np.ndarray]:
+        return as_numpy(self.E @ self.p), as_numpy(self.E @ self.v)

@@ -1,7 +1,8 @@
 """The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR without copying the split.
 
-The train split is divided (seeded) into train and validation rows; the test split is kept whole. A batch is a
-dict of tensors (what Lightning moves to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
+The train split is divided (seeded) into train and validation rows; the test split is kept whole. max_train and
+max_test cut either to a seeded subset first (0: all rows). A batch is a dict of tensors (what Lightning moves
+to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = tor
 
 class PackedDataModule(pl.LightningDataModule):
     def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int,
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, max_train: int = 0, max_test: int = 0) -> None:
         super().__init__()
         self.directory, self.batch_size, self.val_fraction, self.seed, self.dtype = (
             directory, batch_size, val_fraction, seed, dtype)
+        self.max_train, self.max_test = max_train, max_test
         self.splits: dict[str, tuple[PackedSplit, np.ndarray]] = {}
 
     def setup(self, stage: str | None = None) -> None:
@@ -44,29 +46,30 @@ class PackedDataModule(pl.LightningDataModule):
             return
         train = PackedSplit.load(self.directory / "train.npz")
         test = PackedSplit.load(self.directory / "test.npz")
-        order = np.random.default_rng(self.seed).permutation(train.n)
-        held_out = max(1, round(self.val_fraction * train.n))
+        order = np.random.default_rng(self.seed).permutation(train.n)[:self.max_train or None]
+        held_out = max(1, round(self.val_fraction * len(order)))
+        test_rows = np.random.default_rng(self.seed).permutation(test.n)[:self.max_test] if self.max_test else None
         self.splits = {
             "train": (train, np.sort(order[held_out:])),
             "val": (train, np.sort(order[:held_out])),
-            "test": (test, np.arange(test.n)),
+            "test": (test, np.arange(test.n) if test_rows is None else np.sort(test_rows)),
         }
 
     def rows(self, name: str) -> tuple[PackedSplit, np.ndarray]:
         self.setup()
         return self.splits[name]
 
-    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+    def loader(self, name: str, shuffle: bool = False) -> DataLoader:
         split, rows = self.rows(name)
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
                           collate_fn=lambda chosen: batch_of_rows(split, np.asarray(chosen), self.dtype))
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        return self.loader("train", shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+        return self.loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self.loader("test")

@@ -1,5 +1,5 @@
-"""Fitting an AttentionClassifier with Lightning: early stopping on the validation loss, the best and the last
-checkpoint, resume after an interruption, and metrics into the stage's own MLflow run.
+"""Fitting a classifier (training/classifier.py) with Lightning: early stopping on the validation loss, the best
+and the last checkpoint, resume after an interruption, and metrics into the stage's own MLflow run.
 """
 
 from __future__ import annotations
@@ -18,12 +18,21 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import MLFlowLogger
 
 from toksel.config import TrainConfig
-from toksel.models.one_layer import Bags
 from toksel.tracking import StageRun, experiment_name, tracking_uri
-from toksel.training.classifier import AttentionClassifier
-from toksel.training.data import PackedDataModule, batch_of_rows
+from toksel.training.classifier import ClassifierModule
+from toksel.training.data import PackedDataModule
 
 FINGERPRINT = "params_hash"  # the file in the checkpoint folder naming the parameters its checkpoints belong to
+
+
+def parameter_dtype(precision: str) -> torch.dtype:
+    """The dtype the parameters are created in for Lightning's `precision`."""
+    return torch.float64 if precision == "64-true" else torch.float32
+
+
+def checkpoint_dir(stage: str, variant: str) -> Path:
+    """Lightning's checkpoints of an unfinished run; not a DVC output, so DVC leaves them for a resume."""
+    return Path("checkpoints") / stage / variant
 
 
 class _WithoutAdvert(logging.Filter):
@@ -62,7 +71,7 @@ def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
     return None
 
 
-def fit(module: AttentionClassifier, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
+def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
         fingerprint: str, run: StageRun, seed: int, progress: bool,
         callbacks: Sequence[pl.Callback] = ()) -> FitResult:
     """Train until early stopping (or max_epochs), then test the best checkpoint, whose weights `module` keeps.
@@ -98,10 +107,14 @@ def fit(module: AttentionClassifier, data: PackedDataModule, settings: TrainConf
                              for kind, value in _full_pass(module, data, name).items()})
 
 
-def _full_pass(module: AttentionClassifier, data: PackedDataModule, name: str) -> dict[str, float]:
-    """Loss and accuracy of the (best) model on a whole split, in one pass without gradients."""
-    split, rows = data.rows(name)
-    batch = {key: value.to(module.device) for key, value in batch_of_rows(split, rows, data.dtype).items()}
+def _full_pass(module: ClassifierModule, data: PackedDataModule, name: str) -> dict[str, float]:
+    """Loss and accuracy of the (best) model on a whole split, batch by batch without gradients."""
+    loss = correct = 0.0
     with torch.no_grad():
-        loss, accuracy = module.loss_and_accuracy(Bags.from_batch(batch))
-    return {"loss": float(loss), "accuracy": float(accuracy)}
+        for batch in data.loader(name):
+            batch = {key: value.to(module.device) for key, value in batch.items()}
+            batch_loss, batch_accuracy = module.loss_and_accuracy(batch)
+            size = len(batch["labels"])
+            loss, correct = loss + float(batch_loss) * size, correct + float(batch_accuracy) * size
+    total = len(data.rows(name)[1])
+    return {"loss": loss / total, "accuracy": correct / total}

@@ -1,9 +1,10 @@
 """Padded batches of ordered token ids, for the models with positions (models/sequence.py).
 
 A batch is X (n, T) token ids, `mask` (n, T) True on real tokens, and the labels; T is the longest sequence
-of the batch. Padding costs compute and memory in every layer, so the training batches can be bucketed by
-length: the rows are shuffled, cut into pools of `pool` batches, each pool sorted by length and cut into
-batches, and the batches shuffled again. Each epoch still visits every row once, in a seeded order.
+of the batch, each sequence cut to its first `max_len` tokens when that is set. Padding costs compute and
+memory in every layer, so the training batches can be bucketed by length: the rows are shuffled, cut into
+pools of `pool` batches, each pool sorted by length and cut into batches, and the batches shuffled again.
+Each epoch still visits every row once, in a seeded order.
 """
 
 from __future__ import annotations
@@ -21,12 +22,25 @@ from toksel.training.data import PackedDataModule
 PAD = 0  # the id in pad positions; masked out of every softmax, so any id would do
 
 
-def padded_batch(split: PackedSplit, rows: np.ndarray) -> dict[str, torch.Tensor]:
-    lengths = split.lengths[rows]
+def kept_lengths(split: PackedSplit, max_len: int | None = None) -> np.ndarray:
+    """Each sequence's length after the cut to max_len (None: no cut)."""
+    return split.lengths if max_len is None else np.minimum(split.lengths, max_len)
+
+
+def kept_tokens(split: PackedSplit, rows: np.ndarray, max_len: int | None = None) -> np.ndarray:
+    """The token ids of `rows`, each cut to max_len, one after the other."""
+    lengths = kept_lengths(split, max_len)[rows]
+    starts = split.seq_indptr[rows]
+    return np.concatenate([split.seq_tokens[start:start + length] for start, length in zip(starts, lengths,
+                                                                                            strict=True)])
+
+
+def padded_batch(split: PackedSplit, rows: np.ndarray, max_len: int | None = None) -> dict[str, torch.Tensor]:
+    lengths = kept_lengths(split, max_len)[rows]
     longest = int(lengths.max())
     mask = np.arange(longest)[None, :] < lengths[:, None]
     X = np.full((len(rows), longest), PAD, dtype=np.int64)
-    X[mask] = np.concatenate([split.seq_tokens[split.seq_indptr[row]:split.seq_indptr[row + 1]] for row in rows])
+    X[mask] = kept_tokens(split, rows, max_len)
     return {"X": torch.from_numpy(X), "mask": torch.from_numpy(mask), "labels": torch.from_numpy(split.labels[rows])}
 
 
@@ -64,21 +78,40 @@ class LengthBuckets(Sampler[list[int]]):
 
 
 class SequenceDataModule(PackedDataModule):
-    """The packed corpus's train / validation / test rows (PackedDataModule), as padded batches; the training
-    batches bucketed by length unless `bucketed` is False."""
+    """The packed corpus's train / validation / test rows (PackedDataModule), as padded batches cut to max_len;
+    the training batches bucketed by length unless `bucketed` is False."""
 
-    def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int, bucketed: bool = True) -> None:
-        super().__init__(directory, batch_size, val_fraction, seed)
-        self.bucketed = bucketed
+    def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int, bucketed: bool = True,
+                 max_len: int | None = None, max_train: int = 0, max_test: int = 0) -> None:
+        super().__init__(directory, batch_size, val_fraction, seed, max_train=max_train, max_test=max_test)
+        self.bucketed, self.max_len = bucketed, max_len
 
-    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+    def trained_tokens(self) -> np.ndarray:
+        """Bool (|S|,): the tokens the training batches contain (within their first max_len positions)."""
+        split, rows = self.rows("train")
+        seen = np.zeros(split.vocab_size, dtype=bool)
+        seen[kept_tokens(split, rows, self.max_len)] = True
+        return seen
+
+    def training_batches_padding(self) -> float:
+        """Share of padding in the first epoch's training batches."""
+        split, rows = self.rows("train")
+        lengths = kept_lengths(split, self.max_len)[rows]
+        if self.bucketed:
+            batches = LengthBuckets(lengths, self.batch_size, self.seed).batches()
+        else:
+            order = np.random.default_rng(self.seed).permutation(len(rows))
+            batches = [order[i:i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
+        return padding_fraction(lengths, batches)
+
+    def loader(self, name: str, shuffle: bool = False) -> DataLoader:
         split, rows = self.rows(name)
 
         def collate(positions: list[int]) -> dict[str, torch.Tensor]:
-            return padded_batch(split, rows[np.asarray(positions)])
+            return padded_batch(split, rows[np.asarray(positions)], self.max_len)
 
         if shuffle and self.bucketed:
-            sampler = LengthBuckets(split.lengths[rows], self.batch_size, self.seed)
+            sampler = LengthBuckets(kept_lengths(split, self.max_len)[rows], self.batch_size, self.seed)
             return DataLoader(range(len(rows)), batch_sampler=sampler, collate_fn=collate)
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(range(len(rows)), batch_size=self.batch_size, shuffle=shuffle, generator=generator,

@@ -1,0 +1,39 @@
+"""The models with positions (models/sequence.py) as a LightningModule, on padded batches
+(training/sequence_data.py): E, p, v, the MLP and trained W_KQ all train together, as in the paper's Fig. 1
+and the rebuttal's ablations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from toksel.models.sequence import SequenceClassifier
+from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy
+
+
+class SequenceModule(ClassifierModule):
+    def __init__(self, model: SequenceClassifier, important: torch.Tensor, optimizer: str = "adam",
+                 lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+        super().__init__(important, optimizer, lr, weight_decay)
+        self.model = model
+
+    def logits(self, batch: Batch) -> torch.Tensor:
+        return self.model(batch["X"], batch["mask"])
+
+    def logits_and_focus(self, batch: Batch) -> tuple[torch.Tensor, Focus]:
+        X, mask = batch["X"], batch["mask"]
+        logits, q, scores = self.model.readout(X, mask)
+        with torch.no_grad():
+            important = self.important[X] & mask
+            scores = scores.masked_fill(~mask, float("-inf"))
+            top = scores == scores.max(dim=1, keepdim=True).values
+            focus = Focus(important_mass=(q * important).sum(dim=1),
+                          entropy=-torch.special.xlogy(q, q).sum(dim=1),  # pads have q = 0 and add 0
+                          top_is_important=(top & important).any(dim=1), has_important=important.any(dim=1))
+        return logits, focus
+
+    def token_scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """p^T W2 E_s (p^T E_s unless W_KQ is trained: the rebuttal's plotted score) and E_s^T v."""
+        E = self.model.E
+        return as_numpy(E @ self.model.cls_direction()), as_numpy(E @ self.model.v)
