@@ -52,7 +52,8 @@ def ablation_report(config: Config, run: StageRun) -> None:
             agreement = shape_agreement(table, centres, means)
             rows.append({"table": table.name, "title": table.title, "dataset": dataset, "model": table.model,
                          "spearman": agreement.spearman, "our_min_x": agreement.our_min_x,
-                         "their_min_x": agreement.their_min_x, "agrees": agreement.spearman >= settings.min_spearman})
+                         "their_min_x": agreement.their_min_x, "bins_compared": agreement.bins_compared,
+                         "agrees": agreement.spearman >= settings.min_spearman})
             curves.append((table, dataset, centres, means))
     comparison = pd.DataFrame(rows)
     write_csv(OUT / "comparison.csv", comparison)
@@ -77,11 +78,13 @@ def _summary(config: Config, runs: dict, comparison: pd.DataFrame, one_step: dic
         parts += [f"## {dataset}", "", variants_comparison({variant: runs[dataset, variant][0]
                                                             for variant in settings.variants}), ""]
     parts += ["## Against the rebuttal's tables", "",
-              "Spearman of our bin means, read at the table's x, with the table's; the x of the lowest bin (ours, "
-              f"theirs). A table agrees when Spearman >= {settings.min_spearman}.", "",
-              "| table | run | Spearman | lowest bin x: ours / theirs | agrees |", "|---|---|---|---|---|"]
+              "Spearman of our bin means, read at the table's x (each axis over its largest \\|x\\|; only the "
+              "table's bins inside the range of ours), with the table's; the x of the lowest bin (ours, theirs). "
+              f"A curve agrees when Spearman >= {settings.min_spearman}.", "",
+              "| table | run | Spearman | bins compared | lowest bin x: ours / theirs | agrees |",
+              "|---|---|---|---|---|---|"]
     for row in comparison.itertuples():
-        parts.append(f"| {row.title} | {row.dataset} {row.model} | {row.spearman:.3f} | "
+        parts.append(f"| {row.title} | {row.dataset} {row.model} | {row.spearman:.3f} | {row.bins_compared} | "
                      f"{row.our_min_x:.3f} / {row.their_min_x:.3f} | {'yes' if row.agrees else 'no'} |")
     classes = sorted(int(key.rsplit("_", 1)[1]) for key in one_step if key.startswith("slope_class_"))
     if not classes:

@@ -81,3 +81,11 @@ def test_empty_bins_are_left_out_of_the_comparison():
     means[[3, 7]] = np.nan
     agreement = shape_agreement(table, np.asarray(table.x), means)
     assert np.isfinite(agreement.spearman) and agreement.spearman > 0.9
+
+
+def test_only_the_tables_bins_inside_the_range_of_ours_are_compared():
+    table = TABLES[0]  # MLP: E_s^T v, rising on x > 0
+    x, means = np.asarray(table.x), np.asarray(table.means)
+    ours = shape_agreement(table, x[x > 0], means[x > 0])  # our curve covers x in [0.01, 0.89] only
+    # Scaled, ours spans [0.01/0.89, 1] and the table's x > 0 sit at x/0.95: 0.01 falls just outside.
+    assert ours.bins_compared == 9 and ours.spearman == pytest.approx(1.0)

@@ -2,9 +2,10 @@
 
 Each table gives, per bin of x, the mean of a token score over the tokens in the bin. Scales depend on how long
 and how a model was trained, so only shapes are compared: our bin means are read at the table's x positions
-and ranked against its values (Spearman), and the x of the lowest bin (the bottom of the U of the <cls> score)
-is set beside the table's. The multi-class x axis is a class-k signed frequency whose normalisation the
-rebuttal does not give (its range is +-0.03), so x is compared after dividing each axis by its largest |x|.
+inside the range our bins cover (no extrapolation) and ranked against the table's values (Spearman), and the
+x of the lowest bin (the bottom of the U of the <cls> score) is set beside the table's. The multi-class x
+axis is a class-k signed frequency whose normalisation the rebuttal does not give (its range is +-0.03), so
+x is compared after dividing each axis by its largest |x|.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class ShapeAgreement:
     spearman: float  # of our bin means (read at the table's x) with the table's
     our_min_x: float  # x of our lowest bin mean, on our axis
     their_min_x: float
-    bins_compared: int
+    bins_compared: int  # the table's bins inside the x range of ours
 
 
 def scaled(x: np.ndarray) -> np.ndarray:
@@ -69,18 +70,14 @@ def scaled(x: np.ndarray) -> np.ndarray:
     return x / np.abs(x).max()
 
 
-def our_curve_at(table: Table, centres: np.ndarray, means: np.ndarray) -> np.ndarray:
-    """Our bin means (empty bins left out), interpolated linearly at the table's x (both axes scaled)."""
-    filled = np.isfinite(means)
-    return np.interp(scaled(np.asarray(table.x)), scaled(centres[filled]), means[filled])
-
-
 def shape_agreement(table: Table, centres: np.ndarray, means: np.ndarray) -> ShapeAgreement:
-    ours = our_curve_at(table, centres, means)
     filled = np.isfinite(means)
+    ours_x, theirs_x = scaled(centres[filled]), scaled(np.asarray(table.x))
+    inside = (theirs_x >= ours_x.min()) & (theirs_x <= ours_x.max())
+    ours = np.interp(theirs_x[inside], ours_x, means[filled])  # our bin means, linearly between our centres
     return ShapeAgreement(
-        spearman=float(spearmanr(ours, table.means).statistic),
+        spearman=float(spearmanr(ours, np.asarray(table.means)[inside]).statistic),
         our_min_x=float(centres[filled][np.argmin(means[filled])]),
         their_min_x=float(table.x[int(np.argmin(table.means))]),
-        bins_compared=len(table.x),
+        bins_compared=int(inside.sum()),
     )
