@@ -1,6 +1,7 @@
 """Padded batches hold their sequences in order; length buckets cut the padding and still visit every row."""
 
 import numpy as np
+import pytest
 
 from toksel.data.corpus import PackedSplit
 from toksel.training.sequence_data import PAD, LengthBuckets, SequenceDataModule, padded_batch, padding_fraction
@@ -50,3 +51,28 @@ def test_the_data_module_yields_padded_bucketed_training_batches(tmp_path):
     assert sum(len(batch["labels"]) for batch in seen) == len(train_rows) == 90
     assert all(batch["X"].shape == batch["mask"].shape for batch in seen)
     assert sum(len(batch["labels"]) for batch in data.val_dataloader()) == 30
+
+
+@pytest.mark.parametrize("bucketed", [True, False])
+def test_the_reported_padding_is_that_of_the_first_epochs_batches(tmp_path, bucketed):
+    split, _ = _split(n=120)
+    split.save(tmp_path / "train.npz")
+    split.save(tmp_path / "test.npz")
+    data = SequenceDataModule(tmp_path, batch_size=8, val_fraction=0.25, seed=0, bucketed=bucketed)
+    reported = data.training_batches_padding()
+    masks = [batch["mask"] for batch in data.train_dataloader()]
+    assert reported == pytest.approx(sum(int((~mask).sum()) for mask in masks) / sum(mask.numel() for mask in masks))
+
+
+def test_max_len_keeps_each_sequences_first_tokens_and_caps_the_rows(tmp_path):
+    split, sequences = _split(n=40)
+    split.save(tmp_path / "train.npz")
+    split.save(tmp_path / "test.npz")
+    data = SequenceDataModule(tmp_path, batch_size=4, val_fraction=0.25, seed=0, max_len=3, max_train=20, max_test=8)
+    assert len(data.rows("train")[1]) == 15 and len(data.rows("val")[1]) == 5 and len(data.rows("test")[1]) == 8
+    rows = data.rows("test")[1]
+    batch = next(iter(data.test_dataloader()))
+    for i, row in enumerate(rows[:4]):
+        kept = sequences[row][:3]
+        assert batch["X"][i, :len(kept)].tolist() == list(kept) and int(batch["mask"][i].sum()) == len(kept)
+    assert batch["X"].shape[1] <= 3

@@ -94,15 +94,11 @@ class SequenceDataModule(PackedDataModule):
         return seen
 
     def training_batches_padding(self) -> float:
-        """Share of padding in the first epoch's training batches."""
-        split, rows = self.rows("train")
-        lengths = kept_lengths(split, self.max_len)[rows]
-        if self.bucketed:
-            batches = LengthBuckets(lengths, self.batch_size, self.seed).batches()
-        else:
-            order = np.random.default_rng(self.seed).permutation(len(rows))
-            batches = [order[i:i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
-        return padding_fraction(lengths, batches)
+        """Share of padding in the first epoch's training batches: one pass over a fresh training loader."""
+        pads = slots = 0
+        for batch in self.loader("train", shuffle=True):
+            pads, slots = pads + int((~batch["mask"]).sum()), slots + batch["mask"].numel()
+        return pads / slots
 
     def loader(self, name: str, shuffle: bool = False) -> DataLoader:
         split, rows = self.rows(name)
