@@ -39,7 +39,8 @@ def ablation(config: Config, run: StageRun) -> None:
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
     init = initialise(len(tokens), scale.d, config.base.seed, parameter_dtype(training.precision),
                       num_classes(tokens))
-    module = SequenceModule(SequenceClassifier(init.E, init.p, init.v, **LAYOUTS[settings.variant]),
+    module = SequenceModule(SequenceClassifier(init.E, init.p, init.v, **LAYOUTS[settings.variant],
+                                               seed=config.base.seed),
                             torch.tensor(tokens["important"].to_numpy(dtype=bool)), training.optimizer, training.lr,
                             training.weight_decay)
     data = SequenceDataModule(processed_dir(dataset), settings.batch_size, training.val_fraction, config.base.seed,

@@ -73,3 +73,14 @@ def test_output_does_not_depend_on_the_padding(variant):
 def test_masked_softmax_gives_pads_no_weight():
     weights = masked_softmax(torch.tensor([[1.0, 2.0, 50.0]]), torch.tensor([[True, True, False]]))
     torch.testing.assert_close(weights, torch.tensor([[1 / (1 + math.e), math.e / (1 + math.e), 0.0]]))
+
+
+def test_the_mlp_head_is_drawn_from_its_seed_not_the_global_generator():
+    init = initialise(11, 8, seed=0)
+    first = SequenceClassifier(init.E, init.p, init.v, mlp=True, seed=3)
+    torch.manual_seed(123)  # another global state
+    second = SequenceClassifier(init.E, init.p, init.v, mlp=True, seed=3)
+    other = SequenceClassifier(init.E, init.p, init.v, mlp=True, seed=4)
+    for a, b, c in zip(first.mlp.parameters(), second.mlp.parameters(), other.mlp.parameters(), strict=True):
+        assert torch.equal(a, b) and not torch.equal(a, c)
+        assert a.abs().max() <= 8**-0.5

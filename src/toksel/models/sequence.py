@@ -9,7 +9,8 @@ output does not depend on how much padding a batch carries.
 - TwoLayer (paper Fig. 1): layer 1 self-attention over the sequence, H = E_X + softmax(E_X W1 E_X^T) E_X with
   a residual, W1 = I/sqrt(d) by default (parameter-free) or trained (`trained_kq`); layer 2 the <cls> read-out
   softmax(p^T W2 H^T) H v, W2 = I or trained.
-- MLP head: the attention output z goes through relu(W_a z + b_a), width d, before the linear head.
+- MLP head: the attention output z goes through relu(W_a z + b_a), width d, before the linear head; W_a and
+  b_a ~ U(-1/sqrt d, 1/sqrt d) (torch's nn.Linear default) from a generator seeded with `seed`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SequenceClassifier(nn.Module):
     """One or two attention layers over positions, an optional MLP, then the linear head v (or V)."""
 
     def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, layers: int = 1,
-                 trained_kq: bool = False, mlp: bool = False) -> None:
+                 trained_kq: bool = False, mlp: bool = False, seed: int = 0) -> None:
         super().__init__()
         if layers not in (1, 2):
             raise ValueError(f"layers must be 1 or 2, got {layers}")
@@ -47,6 +48,11 @@ class SequenceClassifier(nn.Module):
         self.W1 = nn.Parameter(eye / d**0.5, requires_grad=trained_kq)
         self.W2 = nn.Parameter(eye.clone(), requires_grad=trained_kq)
         self.mlp = nn.Sequential(nn.Linear(d, d, dtype=E.dtype), nn.ReLU()) if mlp else None
+        if self.mlp is not None:  # seeded, so that a run is repeatable whatever the global RNG holds
+            generator = torch.Generator().manual_seed(seed)
+            with torch.no_grad():
+                for parameter in self.mlp[0].parameters():
+                    parameter.uniform_(-(d**-0.5), d**-0.5, generator=generator)
 
     def hidden(self, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """H (n, T, d): the embeddings, and for two layers after the residual self-attention layer."""
