@@ -64,8 +64,8 @@ def ablation_report(config: Config, run: StageRun) -> None:
     metrics = {f"spearman_{row.table}_{row.dataset}": row.spearman for row in comparison.itertuples()}
     metrics |= {f"min_x_{row.table}_{row.dataset}": row.our_min_x for row in comparison.itertuples()
                 if row.table.endswith("_p")}
-    metrics |= {f"accuracy_{variant}_{dataset}": metrics_["test_accuracy"]
-                for (dataset, variant), (metrics_, _) in runs.items()}
+    metrics |= {f"accuracy_{variant}_{dataset}": run_metrics["test_accuracy"]
+                for (dataset, variant), (run_metrics, _) in runs.items()}
     metrics |= {"tables_agreeing": float(comparison["agrees"].sum()), "tables_compared": float(len(comparison))}
     run.record_metrics(OUT / "metrics.json", metrics)
 
