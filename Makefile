@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml
 repro: $(STAMP)
 	$(BIN)/dvc repro
 
+# Two workers, one test file each at a time: the DVC end-to-end test runs beside the others.
 test: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks
