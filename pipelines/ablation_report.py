@@ -18,7 +18,7 @@ from toksel.config import Config
 from toksel.io import read_json, require_output, write_csv, write_text
 from toksel.paths import results_dir
 from toksel.plots import rebuttal_figure, save_figure
-from toksel.rebuttal import TABLES, shape_agreement
+from toksel.rebuttal import compare_with_tables
 from toksel.tracking import StageRun
 
 SECTIONS = ("ablation",)
@@ -38,24 +38,9 @@ def ablation_report(config: Config, run: StageRun) -> None:
     multiclass = _run("train", f"{settings.multiclass}/trained")
     one_step = read_json(require_output(results_dir("one_step", settings.multiclass) / "metrics.json", "one_step"))
 
-    rows, curves = [], []
-    for table in TABLES:
-        if table.model == "multiclass":
-            sources = [(settings.multiclass, multiclass)]
-        else:  # nothing when ablation.variants leaves its model out
-            sources = [(dataset, runs[dataset, table.model]) for dataset in settings.datasets
-                       if (dataset, table.model) in runs]
-        for dataset, (_, bins) in sources:
-            if f"centre_{table.score}" not in bins:  # a multi-class table, and ablation.multiclass has < 4 classes
-                continue
-            centres, means = bins[f"centre_{table.score}"].to_numpy(), bins[f"mean_{table.score}"].to_numpy()
-            agreement = shape_agreement(table, centres, means)
-            rows.append({"table": table.name, "title": table.title, "dataset": dataset, "model": table.model,
-                         "spearman": agreement.spearman, "our_min_x": agreement.our_min_x,
-                         "their_min_x": agreement.their_min_x, "bins_compared": agreement.bins_compared,
-                         "agrees": agreement.spearman >= settings.min_spearman})
-            curves.append((table, dataset, centres, means))
-    comparison = pd.DataFrame(rows)
+    bins_by_run = {(dataset, variant): bins for (dataset, variant), (_, bins) in runs.items()}
+    bins_by_run[settings.multiclass, "multiclass"] = multiclass[1]
+    comparison, curves = compare_with_tables(bins_by_run, settings.min_spearman)
     write_csv(OUT / "comparison.csv", comparison)
     save_figure(rebuttal_figure(curves), OUT / "rebuttal_tables.png")
     run.log_artifact(OUT / "rebuttal_tables.png", "figures")

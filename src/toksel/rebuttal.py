@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from scipy.stats import spearmanr
 
 _BINARY_X = (-0.95, -0.85, -0.76, -0.66, -0.56, -0.47, -0.37, -0.28, -0.18, -0.08, 0.01, 0.11, 0.21, 0.30, 0.40,
@@ -81,3 +82,26 @@ def shape_agreement(table: Table, centres: np.ndarray, means: np.ndarray) -> Sha
         their_min_x=float(table.x[int(np.argmin(table.means))]),
         bins_compared=int(inside.sum()),
     )
+
+
+def compare_with_tables(bins_by_run: dict[tuple[str, str], pd.DataFrame],
+                        min_spearman: float) -> tuple[pd.DataFrame, list[tuple]]:
+    """Every table against each run of its model: bins_by_run maps (run name, model) to that run's bins.csv
+    (model: a sequence.variant, or "multiclass"). A run without the table's curve (fewer classes) is skipped.
+
+    Returns one row per (table, run) -- Spearman, lowest bin x ours and theirs, bins compared, whether it agrees
+    -- and (table, run name, our centres, our means) for the figure.
+    """
+    rows, curves = [], []
+    for table in TABLES:
+        for (name, model), bins in bins_by_run.items():
+            if model != table.model or f"centre_{table.score}" not in bins:
+                continue
+            centres, means = bins[f"centre_{table.score}"].to_numpy(), bins[f"mean_{table.score}"].to_numpy()
+            agreement = shape_agreement(table, centres, means)
+            rows.append({"table": table.name, "title": table.title, "dataset": name, "model": model,
+                         "spearman": agreement.spearman, "our_min_x": agreement.our_min_x,
+                         "their_min_x": agreement.their_min_x, "bins_compared": agreement.bins_compared,
+                         "agrees": agreement.spearman >= min_spearman})
+            curves.append((table, name, centres, means))
+    return pd.DataFrame(rows), curves
