@@ -8,7 +8,7 @@ export DVC_NO_ANALYTICS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: install repro test lint ui bench
+.PHONY: install repro test lint ui bench chromium check-report
 
 install: $(STAMP)
 
@@ -28,6 +28,16 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks
+
+# Headless Chromium (Debian package; root or sudo), for the report's render check and its test.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium; }
+
+# The report (make repro) opens in headless Chromium with every figure loaded.
+check-report: $(STAMP) chromium
+	$(BIN)/python -m toksel.render_check results/report/report.html
 
 # Gradient-flow steps per second on full IMDB (needs `dvc repro one_step@imdb`, i.e. the data mirror or the Hub).
 bench: $(STAMP)

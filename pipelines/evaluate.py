@@ -108,6 +108,7 @@ def evaluate(config: Config, run: StageRun) -> None:
     # Lemma 4.4 and Theorem 4.3 assume Assumption 1, which the independent generator does not meet.
     assumption1 = synthetic and config.data.synthetic.mode == "assumption1"
     checks = theory_checks(one_step, gradient_flow, config.evaluate, synthetic=assumption1, num_classes=classes)
+    write_json(out / "checks.json", [check.as_record() for check in checks])  # what the report reads
     notes = [f"E_s^T p_T: {_number(gradient_flow.get('score_p_important'), '.4g')} on average over the important "
              f"tokens, {_number(gradient_flow.get('score_p_least_important'), '.4g')} over the least important "
              f"tenth, after {_number(gradient_flow.get('steps'), '.0f')} steps (loss "

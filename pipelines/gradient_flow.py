@@ -10,32 +10,23 @@ import pandas as pd
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import num_classes, read_token_table
+from toksel.data.token_table import read_token_table
 from toksel.io import read_npz, write_csv, write_npz
-from toksel.models.fused import FusedBags
 from toksel.paths import processed_dir, results_dir
-from toksel.theory.convergence import analyse_trajectory, importance_scores
+from toksel.theory.convergence import follow_gradient_flow
 from toksel.tracking import StageRun
-from toksel.training.gradient_flow import run_gradient_flow
 
 SECTIONS = ("gradient_flow",)
 
 
 def gradient_flow(config: Config, run: StageRun) -> None:
-    settings = config.gradient_flow
     data = processed_dir(config.dataset)
-    train = PackedSplit.load(data / "train.npz")
-    tokens = read_token_table(data / "tokens.csv")
-    important = tokens["important"].to_numpy(dtype=bool)
     embeddings = read_npz(results_dir("one_step", config.dataset) / "embeddings.npz", producer="one_step")
-    E1, p0, v = embeddings["E1"], embeddings["p0"], embeddings["v"]
-
-    bags = FusedBags.from_split(train, num_classes(tokens))
-    trajectory = run_gradient_flow(E1, p0, v, bags, steps=settings.steps, lr=settings.lr,
-                                   normalized=settings.normalized, log_every=settings.log_every,
-                                   progress=show_progress())
-    report = analyse_trajectory(trajectory, E1, train, important, settings.selection_tol, settings.max_margin)
-    if settings.max_margin and not report.max_margin.solved:
+    flow = follow_gradient_flow(embeddings["E1"], embeddings["p0"], embeddings["v"],
+                                PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
+                                config.gradient_flow, progress=show_progress())
+    report, trajectory = flow.report, flow.trajectory
+    if config.gradient_flow.max_margin and not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "
               f"({report.n_constraints} constraints); cos_max_margin and normalized_margin are null",
               file=sys.stderr)
@@ -47,8 +38,7 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     write_csv(out / "history.csv", pd.DataFrame(report.history))
     curves = {name: values for name, values in report.history.items() if name != "step"}
     run.log_history(trajectory.steps, curves)
-    metrics = {**report.final_metrics(), **importance_scores(E1 @ trajectory.p[-1], tokens)}
-    run.record_metrics(out / "metrics.json", metrics, logged=curves)
+    run.record_metrics(out / "metrics.json", flow.metrics, logged=curves)
 
 
 def main(argv: list[str] | None = None) -> int:

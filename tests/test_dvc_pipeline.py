@@ -28,8 +28,9 @@ def _dvc(project: Path, *args: str) -> str:
 
 
 def _stages_run(output: str) -> list[str]:
-    """Stage names in the order run, without the dataset: prepare, ..., train-untrained, ..."""
-    return [re.sub(r"@synthetic-?", "-", name).rstrip("-") for name in re.findall(r"Running stage '([\w@-]+)'", output)]
+    """Stage names in the order run, without the dataset or grid cell: prepare, ..., train-untrained, phase, ..."""
+    names = re.findall(r"Running stage '([\w@.-]+)'", output)
+    return [re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name)).rstrip("-") for name in names]
 
 
 @pytest.fixture
@@ -39,7 +40,8 @@ def dvc_project(tmp_path: Path) -> Path:
     for folder in ("src", "pipelines"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     tiny_training = ["train.max_epochs=2", "train.batch_size=16", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
-                     "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic"]
+                     "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
+                     "phase.eta0=[40]", "phase.d=[256]"]  # one phase cell: the gradient_flow stage's own (d, eta0)
     params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
     OmegaConf.save(params, tmp_path / "params.yaml")
@@ -65,10 +67,12 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     ablations = ["ablation-two_layer_kq"]  # ablation.variants: one of the four, to keep the test short
     assert first[0] == "prepare" and first.index("one_step") < first.index("gradient_flow")
     assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train-trained"])
+    assert first.index("report") == len(first) - 1 and first.index("phase_diagram") > first.index("phase")
+    theory = ["phase", "phase_diagram", "report"]
     assert sorted(first) == sorted(["prepare", "one_step", "gradient_flow", *training, "evaluate", *ablations,
-                                    "ablation_report"])
+                                    "ablation_report", *theory])
     every_stage = sorted(["evaluate", "gradient_flow", "one_step", "prepare", *["train"] * 3, "ablation",
-                          "ablation_report"])
+                          "ablation_report", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
     assert "2-layer + W_KQ: p^T W_KQ^(2) E_s | synthetic two_layer_kq |" in summary
@@ -76,8 +80,11 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
 
     metrics = json.loads(_dvc(dvc_project, "metrics", "show", "--json"))
     shown = json.dumps(metrics)
-    for name in ("slope", "pearson_r", "orthogonal_ratio", "cos_max_margin", "selection_fraction"):
+    for name in ("slope", "pearson_r", "orthogonal_ratio", "cos_max_margin", "selection_fraction", "claims_held",
+                 "cells_selecting"):
         assert f'"{name}"' in shown
+    report = (dvc_project / "results" / "report" / "report.md").read_text()
+    assert "| Lemma 4.4: p_t selects the important tokens of every sequence | synthetic |" in report
 
     assert _stages_run(_dvc(dvc_project, "repro")) == []  # nothing changed
 
@@ -85,16 +92,16 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     params.gradient_flow.steps = 400
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = _dvc(dvc_project, "repro")
-    assert _stages_run(second) == ["gradient_flow", "evaluate"]
-    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([["evaluate", "gradient_flow"],
-                                                                               every_stage])
+    assert sorted(_stages_run(second)) == sorted(["gradient_flow", "evaluate", *theory])  # the cell runs GD too
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([
+        sorted(["evaluate", "gradient_flow", *theory]), every_stage])
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("400,")
 
     params.train.lr = 0.01  # a training parameter: every training run and what reads them, nothing upstream
     OmegaConf.save(params, dvc_project / "params.yaml")
     assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted(["evaluate", *training, *ablations,
-                                                                      "ablation_report"])
+                                                                      "ablation_report", "report"])
     params.sequence.bucketed = False  # a sequence-model parameter: the ablations only
     OmegaConf.save(params, dvc_project / "params.yaml")
-    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted([*ablations, "ablation_report"])
+    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted([*ablations, "ablation_report", "report"])

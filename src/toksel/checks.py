@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,10 @@ class Check:
     def holds(self) -> bool:
         return self.value is not None and math.isfinite(self.value) and COMPARISONS[self.comparison](
             self.value, self.threshold)
+
+    def as_record(self) -> dict[str, object]:
+        """Every field and the verdict (JSON)."""
+        return {**dataclasses.asdict(self), "holds": self.holds}
 
     def as_metrics(self) -> dict[str, float | None]:
         return {f"{self.name}": self.value, f"{self.name}_threshold": self.threshold,

@@ -156,11 +156,36 @@ class AblationConfig:
 
 
 @dataclass
+class PhaseConfig:
+    dataset: str = bounded("synthetic", help="the assumption1 synthetic dataset of `datasets` the grid runs on")
+    eta0: List[float] = field(  # noqa: UP006
+        default_factory=lambda: [10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0],
+        metadata={"help": "one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)"})
+    d: List[int] = field(  # noqa: UP006
+        default_factory=lambda: [128, 256, 512, 1024, 2048, 4096],
+        metadata={"help": "model.d of the grid's rows; also the d sweep of the one-step error"})
+
+
+@dataclass
 class EvaluateConfig:
     max_slope_rel_error: float = bounded(0.05, gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
     min_pearson_r: float = bounded(0.99, ge=-1.0, le=1.0, help="Lemma 4.1: Pearson r at least")
     min_selection_fraction: float = bounded(1.0, ge=0.0, le=1.0, help="Lemma 4.4: selection fraction at least")
     min_cos_max_margin: float = bounded(0.99, ge=-1.0, le=1.0, help="Theorem 4.3: cos(p_T, p_mm) at least")
+
+
+@dataclass
+class ReportConfig:
+    min_accuracy_gap: float = bounded(0.05, ge=0.0, le=1.0, help="trained minus untrained test accuracy at least "
+                                                                "(the rebuttal: about 0.95 - 0.72 = 0.23)")
+    min_bin_std_ratio: float = bounded(2.0, gt=0.0, help="per-bin std of E_s^T v and E_s^T p, full training over one "
+                                                         "step then frozen, at least (the rebuttal: about 8 and 6)")
+    max_u_minimum: float = bounded(0.2, ge=0.0, le=1.0, help="the U of E_s^T p: its lowest bin at a posterior "
+                                                             "difference of at most this in absolute value")
+    max_edge_factor: float = bounded(4.0, ge=1.0, help="a measured edge of the eta0 window agrees with the scale "
+                                                       "argument when within this factor of it")
+    max_slope_deviation: float = bounded(0.15, gt=0.0, help="the one-step error's log-log slope in d agrees with "
+                                                            "-1/2 when within this of it")
 
 
 @dataclass
@@ -174,6 +199,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
+    phase: PhaseConfig = field(default_factory=PhaseConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
@@ -223,6 +250,13 @@ def _check_consistency(config: Config, prefix: str) -> None:
         if config.datasets and name not in config.datasets:
             raise ToksError(f"config error: {prefix}ablation names the dataset {name!r}, which `datasets` does not "
                             f"define ({', '.join(config.datasets)})")
+    phase = config.phase
+    if not phase.eta0 or not phase.d or min(phase.eta0) <= 0 or min(phase.d) < 1:
+        raise ToksError(f"config error: {prefix}phase.eta0 = {phase.eta0} and phase.d = {phase.d} must be non-empty "
+                        "lists of positive numbers")
+    if config.datasets and phase.dataset not in config.datasets:
+        raise ToksError(f"config error: {prefix}phase.dataset = {phase.dataset!r} is not an entry of `datasets` "
+                        f"({', '.join(config.datasets)})")
     if data.source == "hub" and not data.hub_id:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
 

@@ -41,7 +41,7 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path | str, data: dict[str, Any]) -> None:
+def write_json(path: Path | str, data: dict[str, Any] | list[Any]) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
 

@@ -21,3 +21,8 @@ def processed_dir(dataset: str) -> Path:
 
 def results_dir(stage: str, dataset: str) -> Path:
     return Path("results") / stage / dataset
+
+
+def phase_cell_dir(d: int, eta0: float) -> Path:
+    """The phase-diagram cell of embedding dimension d and one-step size eta0 (dvc.yaml names it alike)."""
+    return Path("results") / "phase" / f"d{d}-eta{eta0:g}"

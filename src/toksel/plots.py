@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -182,4 +183,68 @@ def rebuttal_figure(curves: list[tuple]) -> plt.Figure:
     for axis in list(axes.flat)[len(tables):]:
         axis.set_visible(False)
     figure.tight_layout()
+    return figure
+
+
+def _geometric_edges(values: np.ndarray) -> np.ndarray:
+    """Cell edges for log axes: the geometric midpoints, and as far again beyond the ends."""
+    values = np.sort(np.asarray(values, dtype=float))
+    if len(values) == 1:
+        return values * np.array([0.7, 1.4])
+    middle = np.sqrt(values[:-1] * values[1:])
+    return np.concatenate([[values[0] ** 2 / middle[0]], middle, [values[-1] ** 2 / middle[-1]]])
+
+
+def phase_heatmap(grid: pd.DataFrame, column: str, title: str, mean_abs_alpha: float,
+                  limits: tuple[float, float]) -> plt.Figure:
+    """grid[column] over eta0 (x) and d (y), both log, each cell annotated, with the scale argument's window
+    2 / (|alpha| sqrt(d)) < eta0 < 2 / |alpha| drawn on top."""
+    table = grid.pivot(index="d", columns="eta0", values=column).sort_index().sort_index(axis=1)
+    eta0, d = table.columns.to_numpy(dtype=float), table.index.to_numpy(dtype=float)
+    figure, axis = plt.subplots(figsize=(1.1 * len(eta0) + 3, 0.55 * len(d) + 2.4))
+    mesh = axis.pcolormesh(_geometric_edges(eta0), _geometric_edges(d), table.to_numpy(dtype=float),
+                           cmap="viridis", vmin=limits[0], vmax=limits[1])
+    figure.colorbar(mesh, ax=axis, label=column.replace("_", " "))
+    for i, row in enumerate(table.to_numpy(dtype=float)):
+        for j, value in enumerate(row):
+            if np.isfinite(value):
+                axis.text(eta0[j], d[i], f"{value:.2f}", ha="center", va="center", fontsize=8,
+                          color="white" if value < (limits[0] + limits[1]) / 2 else "black")
+    d_line = np.geomspace(*_geometric_edges(d)[[0, -1]], 50)
+    axis.plot(2 / (mean_abs_alpha * np.sqrt(d_line)), d_line, "w--", lw=1.5,
+              label=r"$\eta_0|\alpha|/2 = 1/\sqrt{d}$")
+    axis.axvline(2 / mean_abs_alpha, color="w", ls=":", lw=1.5, label=r"$\eta_0|\alpha|/2 = 1$")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlim(*_geometric_edges(eta0)[[0, -1]])
+    axis.set_ylim(*_geometric_edges(d)[[0, -1]])
+    axis.set_xticks(eta0, [f"{value:g}" for value in eta0])
+    axis.set_yticks(d, [f"{value:g}" for value in d])
+    axis.minorticks_off()
+    axis.set_xlabel(r"one-step size $\eta_0$")
+    axis.set_ylabel("embedding dimension d")
+    axis.set_title(title, fontsize=10)
+    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    return figure
+
+
+def power_law_figure(d: np.ndarray, y: np.ndarray, fitted: np.ndarray, slope: float, y_label: str,
+                     title: str) -> plt.Figure:
+    """Measured points on log-log axes, the fitted power law, and the slope -1/2 reference through the fit."""
+    figure, axis = plt.subplots(figsize=(5.6, 4.2))
+    axis.loglog(d, y, "o", color="#2166ac", label="measured")
+    axis.loglog(d, fitted, "-", color="#b2182b", label=f"fit: slope {slope:.3f}")
+    reference = fitted[0] * (np.asarray(d, dtype=float) / d[0]) ** -0.5
+    axis.loglog(d, reference, "k:", lw=1, label="slope -1/2")
+    axis.set_xticks(d, [f"{value:g}" for value in d])
+    axis.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    # Labels at 1, 2 and 5 times each power of ten: the values often span less than a decade.
+    axis.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    axis.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axis.set_xlabel("embedding dimension d")
+    axis.set_ylabel(y_label)
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
     return figure

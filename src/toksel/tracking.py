@@ -80,8 +80,8 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
 
-    def __init__(self, client: Any, run_id: str) -> None:
-        self.client, self.run_id = client, run_id
+    def __init__(self, client: Any, run_id: str, parent_id: str | None = None) -> None:
+        self.client, self.run_id, self.parent_id = client, run_id, parent_id
 
     def record_metrics(self, path: Path, metrics: Mapping[str, float], logged: Iterable[str] = ()) -> None:
         """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow.
@@ -102,6 +102,12 @@ class StageRun:
 
     def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_pipeline_artifact(self, path: Path | str) -> None:
+        """An artifact of the pipeline's parent run (the report), as well as of this run."""
+        self.log_artifact(path)
+        if self.parent_id is not None:
+            self.client.log_artifact(self.parent_id, str(path))
 
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
@@ -171,7 +177,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator
     _log_params_file(client, run_id)
     status = "FAILED"
     try:
-        yield StageRun(client, run_id)
+        yield StageRun(client, run_id, parent_id)
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)

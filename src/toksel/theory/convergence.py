@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from toksel.config import GradientFlowConfig
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import importance, occurring
+from toksel.data.token_table import importance, num_classes, occurring
 from toksel.errors import ToksError
+from toksel.models.fused import FusedBags
 from toksel.theory.max_margin import (
     MaxMarginSolution,
     constraint_pairs,
@@ -22,7 +24,7 @@ from toksel.theory.max_margin import (
     solve_max_margin,
 )
 from toksel.theory.selection import selected_entries, selection_fraction
-from toksel.training.gradient_flow import Trajectory
+from toksel.training.gradient_flow import Trajectory, run_gradient_flow
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,22 @@ def importance_scores(scores: np.ndarray, tokens: pd.DataFrame) -> dict[str, flo
     least = present & (magnitude <= np.quantile(magnitude[present], 0.1))
     return {"score_p_important": float(scores[tokens["important"].to_numpy(dtype=bool)].mean()),
             "score_p_least_important": float(scores[least].mean())}
+
+
+@dataclass(frozen=True)
+class GradientFlowResult:
+    trajectory: Trajectory
+    report: ConvergenceReport
+    metrics: dict[str, float]  # the report's final values and the mean E_s^T p_T of important / least important
+
+
+def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: pd.DataFrame,
+                         settings: GradientFlowConfig, progress: bool = False) -> GradientFlowResult:
+    """GD on p from p0 with E frozen, on the training split, then the theory checks along the way."""
+    bags = FusedBags.from_split(train, num_classes(tokens))
+    trajectory = run_gradient_flow(E, p0, v, bags, steps=settings.steps, lr=settings.lr,
+                                   normalized=settings.normalized, log_every=settings.log_every, progress=progress)
+    important = tokens["important"].to_numpy(dtype=bool)
+    report = analyse_trajectory(trajectory, E, train, important, settings.selection_tol, settings.max_margin)
+    metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens)}
+    return GradientFlowResult(trajectory, report, metrics)

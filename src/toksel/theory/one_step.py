@@ -11,9 +11,16 @@ halves its slope.
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
+
+from toksel.data.corpus import PackedSplit
+from toksel.data.token_table import class_alphas, num_classes, occurring
+from toksel.errors import ToksError
 from toksel.models.fused import FusedBags, loss_and_token_gradients
+from toksel.models.one_layer import initialise
 
 
 def one_gradient_step_on_embeddings(
@@ -71,3 +78,26 @@ def alignment_metrics(
         "pearson_r": min(regression["pearson_r"] for regression in per_class),
         "orthogonal_ratio": orthogonal_ratio,
     }
+
+
+@dataclass(frozen=True)
+class OneStep:
+    E0: np.ndarray  # (|S|, d) the Gaussian initialisation
+    E1: np.ndarray  # after the step
+    p0: np.ndarray  # (d,)
+    v: np.ndarray  # (d,), or (d, K) for K > 2 classes
+    metrics: dict[str, float]  # alignment_metrics over the tokens that occur
+
+
+def one_step_from_initialisation(train: PackedSplit, tokens: pd.DataFrame, d: int, seed: int,
+                                 eta0: float) -> OneStep:
+    """Draw E0, p0 ~ N(0, I/d) and v (K orthonormal v_k), take the step on the training split, and measure it."""
+    classes = num_classes(tokens)
+    if classes > d:
+        raise ToksError(f"{classes} classes need {classes} orthonormal output vectors: model.d = {d} is too small")
+    init = initialise(train.vocab_size, d, seed, num_classes=classes)
+    E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
+    E1 = one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(train, classes), eta0)
+    alpha = tokens["alpha"].to_numpy() if classes == 2 else class_alphas(tokens)
+    metrics = alignment_metrics(E0, E1, v, alpha, theory_slope(eta0, classes), np.flatnonzero(occurring(tokens)))
+    return OneStep(E0, E1, p0, v, metrics)

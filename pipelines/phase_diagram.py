@@ -1,0 +1,143 @@
+"""Stage `phase_diagram`: the phase cells gathered into heatmaps, the measured eta0 window set against the scale
+argument, and the d sweep of the one-step error with its log-log slope (toksel.theory.phase).
+
+Writes results/phase_diagram/: grid.csv (one row per cell), one_step_error.csv, selection.png,
+cos_max_margin.png, one_step_error.png, summary.md and metrics.json.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from toksel.cli import run_stage
+from toksel.config import Config
+from toksel.data.token_table import read_token_table
+from toksel.io import read_json, require_output, write_csv, write_text
+from toksel.paths import phase_cell_dir, processed_dir, results_dir
+from toksel.plots import phase_heatmap, power_law_figure, save_figure
+from toksel.theory.phase import Window, edge_factor, fit_power_law, measured_window, predicted_window
+from toksel.tracking import StageRun
+
+SECTIONS = ("phase", "evaluate")
+OUT = results_dir("phase_diagram", "")
+COLUMNS = ("d", "eta0", "selection_fraction", "selection_any_fraction", "cos_max_margin", "margin_ratio", "loss",
+           "p_norm", "one_step_orthogonal_ratio", "one_step_slope_rel_error")
+
+
+def read_grid(config: Config) -> pd.DataFrame:
+    """The metrics of every cell of the configured grid (an error names the first missing cell)."""
+    rows = []
+    for d in config.phase.d:
+        for eta0 in config.phase.eta0:
+            metrics = read_json(require_output(phase_cell_dir(d, eta0) / "metrics.json", producer="phase"))
+            rows.append({column: metrics.get(column) for column in COLUMNS})
+    return pd.DataFrame(rows).astype(float)
+
+
+def _edge(window: Window, which: str) -> str:
+    inside, outside = (window.low, window.below) if which == "low" else (window.high, window.above)
+    if inside is None:
+        return "-"
+    if outside is None:
+        return f"{'<=' if which == 'low' else '>='} {inside:g} (grid end)"
+    return f"({outside:g}, {inside:g}]" if which == "low" else f"[{inside:g}, {outside:g})"
+
+
+def phase_diagram(config: Config, run: StageRun) -> None:
+    settings, thresholds = config.phase, config.evaluate
+    grid = read_grid(config)
+    tokens = read_token_table(processed_dir(settings.dataset) / "tokens.csv")
+    mean_abs_alpha = float(tokens.loc[tokens["important"].astype(bool), "alpha"].abs().mean())
+    grid["selects"] = grid["selection_fraction"] >= thresholds.min_selection_fraction
+    grid["max_margin"] = grid["selects"] & (grid["cos_max_margin"] >= thresholds.min_cos_max_margin)
+    write_csv(OUT / "grid.csv", grid)
+
+    metrics: dict[str, float | None] = {"mean_abs_alpha_important": mean_abs_alpha, "cells": float(len(grid)),
+                                        "cells_selecting": float(grid["selects"].sum()),
+                                        "cells_max_margin": float(grid["max_margin"].sum())}
+    factors: dict[str, list[float]] = {"low": [], "high": []}
+    rows = ["| d | selection window in eta0 | lower edge | scale argument's lower edge | upper edge | scale "
+            "argument's upper edge | max-margin window |", "|---|---|---|---|---|---|---|"]
+    for d, cells in grid.groupby("d"):
+        window = measured_window(cells["eta0"].to_numpy(), cells["selects"].to_numpy())
+        margin = measured_window(cells["eta0"].to_numpy(), cells["max_margin"].to_numpy())
+        low, high = predicted_window(mean_abs_alpha, int(d))
+        metrics |= {f"selection_low_d{d:g}": window.low, f"selection_high_d{d:g}": window.high,
+                    f"predicted_low_d{d:g}": low}
+        for which, predicted in (("low", low), ("high", high)):
+            factor = edge_factor(window.edge(which), predicted)
+            if factor is not None:
+                factors[which].append(factor)
+        span = "empty" if window.low is None else (f"{window.low:g} to {window.high:g}"
+                                                  + ("" if window.contiguous else " (with gaps)"))
+        margin_span = "empty" if margin.low is None else f"{margin.low:g} to {margin.high:g}"
+        rows.append(f"| {d:g} | {span} | {_edge(window, 'low')} | {low:.3g} | {_edge(window, 'high')} | {high:.3g} | "
+                    f"{margin_span} |")
+    metrics["predicted_high"] = predicted_window(mean_abs_alpha, 1)[1]
+    for which in ("low", "high"):
+        metrics[f"{which}_edges_compared"] = float(len(factors[which]))
+        metrics[f"{which}_edge_factor_max"] = max(factors[which]) if factors[which] else None
+
+    # The one-step error does not depend on eta0 (E1 - E0 is eta0 times the gradient): one value per d.
+    error = grid.groupby("d", as_index=False)["one_step_orthogonal_ratio"].median()
+    law = fit_power_law(error["d"].to_numpy(), error["one_step_orthogonal_ratio"].to_numpy())
+    error["fitted"] = law(error["d"].to_numpy())
+    error[["log10_d", "log10_ratio", "log10_fitted"]] = np.log10(error[["d", "one_step_orthogonal_ratio", "fitted"]])
+    write_csv(OUT / "one_step_error.csv", error)
+    metrics |= {"one_step_error_slope": law.slope, "one_step_error_r": law.r}
+
+    figures = {
+        "selection.png": phase_heatmap(grid, "selection_fraction", "Lemma 4.4: share of sequences whose important "
+                                       "token p selects", mean_abs_alpha, (0.5, 1.0)),
+        "cos_max_margin.png": phase_heatmap(grid, "cos_max_margin", r"Theorem 4.3: $\cos(p_T, p_{mm})$ for the "
+                                            "final selection", mean_abs_alpha, (0.5, 1.0)),
+        "one_step_error.png": power_law_figure(error["d"].to_numpy(), error["one_step_orthogonal_ratio"].to_numpy(),
+                                               error["fitted"].to_numpy(), law.slope,
+                                               "update orthogonal to v / update along v",
+                                               "Lemma 4.1: the one-step error against d"),
+    }
+    for name, figure in figures.items():
+        save_figure(figure, OUT / name)
+        run.log_artifact(OUT / name, "figures")
+    summary = _summary(config, grid, mean_abs_alpha, rows, metrics, list(figures))
+    write_text(OUT / "summary.md", summary)
+    run.log_artifact(OUT / "summary.md")
+    run.record_metrics(OUT / "metrics.json", metrics)
+    print(summary.split("\n\n![")[0])
+
+
+def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: list[str], metrics: dict,
+             figures: list[str]) -> str:
+    def number(value: float | None, spec: str = ".3g") -> str:
+        return "not measured" if value is None else format(value, spec)
+
+    thresholds = config.evaluate
+    return "\n".join([
+        f"# Phase diagram: eta0 x d on {config.phase.dataset}", "",
+        f"{len(grid)} cells, each one step on E from a fresh initialisation then GD on p with the dataset's "
+        f"gradient_flow settings. A cell selects when the selection fraction is >= "
+        f"{thresholds.min_selection_fraction:g}; it reaches the max-margin direction when it also has "
+        f"cos(p_T, p_mm) >= {thresholds.min_cos_max_margin:g}. Mean |alpha_s| of the important tokens: "
+        f"{mean_abs_alpha:.4g}, so the scale argument (paper.md section 8) puts the window at "
+        f"2 / (|alpha| sqrt(d)) < eta0 < 2 / |alpha| = {metrics['predicted_high']:.3g}.", "",
+        *rows, "",
+        f"Measured edges (geometric middle of the grid's bracket) against the scale argument: lower edges within a "
+        f"factor {number(metrics['low_edge_factor_max'])} ({metrics['low_edges_compared']:.0f} bracketed), upper "
+        f"edges within a factor {number(metrics['high_edge_factor_max'])} ({metrics['high_edges_compared']:.0f} "
+        "bracketed).", "",
+        f"One-step error (update orthogonal to v over the update along v) against d: log-log slope "
+        f"{metrics['one_step_error_slope']:.3f} (r {number(metrics['one_step_error_r'], '.4f')}); the "
+        "1/sqrt(d) argument gives -0.5.", "",
+        *[f"![{name}]({name})" for name in figures],
+    ]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("phase_diagram", SECTIONS, phase_diagram, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
