@@ -22,7 +22,9 @@ repro: $(STAMP)
 	$(BIN)/dvc repro
 
 # Two workers, one test file each at a time: the DVC end-to-end test runs beside the others.
+# Chromium is installed when it can be (root or sudo); without it the report's render test is skipped.
 test: $(STAMP)
+	@$(MAKE) --no-print-directory chromium || echo "no Chromium: the report's render test will be skipped"
 	$(BIN)/ruff check src pipelines tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 

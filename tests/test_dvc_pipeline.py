@@ -27,10 +27,19 @@ def _dvc(project: Path, *args: str) -> str:
     return done.stdout
 
 
-def _stages_run(output: str) -> list[str]:
-    """Stage names in the order run, without the dataset or grid cell: prepare, ..., train-untrained, phase, ..."""
-    names = re.findall(r"Running stage '([\w@.-]+)'", output)
+def _short(names: list[str]) -> list[str]:
+    """Stage names without the dataset or grid cell: prepare, ..., train-untrained, phase, ..."""
     return [re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name)).rstrip("-") for name in names]
+
+
+def _stages_run(output: str) -> list[str]:
+    """The stages a `dvc repro` ran, in order."""
+    return _short(re.findall(r"Running stage '([\w@.-]+)'", output))
+
+
+def _stages_stale(project: Path) -> list[str]:
+    """The stages `dvc repro` would start with: those whose own dependencies changed."""
+    return sorted(_short(list(json.loads(_dvc(project, "status", "--json")))))
 
 
 @pytest.fixture
@@ -98,10 +107,12 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("400,")
 
-    params.train.lr = 0.01  # a training parameter: every training run and what reads them, nothing upstream
+    # Which stages read a section: `dvc status` names them without running them (the re-run of their
+    # descendants is DVC's own, shown above), which keeps this test inside the time budget of `make test`.
+    learning_rate, params.train.lr = params.train.lr, 0.01  # a training parameter: every training run only
     OmegaConf.save(params, dvc_project / "params.yaml")
-    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted(["evaluate", *training, *ablations,
-                                                                      "ablation_report", "report"])
+    assert _stages_stale(dvc_project) == sorted([*training, *ablations])
+    params.train.lr = learning_rate
     params.sequence.bucketed = False  # a sequence-model parameter: the ablations only
     OmegaConf.save(params, dvc_project / "params.yaml")
-    assert sorted(_stages_run(_dvc(dvc_project, "repro"))) == sorted([*ablations, "ablation_report", "report"])
+    assert _stages_stale(dvc_project) == ablations

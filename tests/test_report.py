@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, prepare, report
 from tests.helpers import ROOT, TINY
 from toksel.render_check import BROWSERS, render
+from toksel.render_check import main as render_check
 from toksel.theory.phase import edge_factor, fit_power_law, measured_window, predicted_window
 
 GRID = ["phase.eta0=[40]", "phase.d=[64,256]"]
@@ -141,3 +142,11 @@ def test_the_html_report_renders_in_headless_chromium_with_every_image(reported,
     broken = tmp_path / "broken.html"  # a figure that is not embedded does not load: the check can fail
     broken.write_text(page.read_text().replace("data:image/png;base64,", "missing.png#", 1))
     assert render(broken).broken == 1
+
+
+def test_the_render_check_says_in_one_line_what_is_missing(tmp_path, capsys):
+    assert render_check([str(tmp_path / "report.html")]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    (tmp_path / "report.txt").write_text("no page here")
+    assert render_check([str(tmp_path / "report.txt")]) == 2
+    assert "not an HTML page" in capsys.readouterr().err

@@ -64,14 +64,22 @@ PAPER_VALUES = {
     "lemma44_selection_fraction": "every sequence",
     "theorem43_cos_max_margin": "converges to 1",
 }
+# What each check's value measures, as the report says it (the slope's row says more).
+MEASURED = {
+    "lemma41_pearson_r": "Pearson r",
+    "lemma42_p_norm_increasing": "fraction of logged steps with |p_t| growing",
+    "lemma44_selection_fraction": "fraction of sequences selected",
+    "theorem43_cos_max_margin": "cos(p_T, p_mm)",
+}
 TOPICS = {"lemma41": "Lemma 4.1", "lemma42": "Lemma 4.2", "lemma44": "Lemma 4.4", "theorem43": "Theorem 4.3"}
 
 
 def _judged(metrics: dict | None, producer: str, topic: str, data: str, paper: str, ours: str, value: float | None,
             comparison: str, threshold: float) -> Row:
     """A row judged by `value` against `threshold`; `metrics` None: its stage `producer` has not run."""
-    check = None if metrics is None else Check(topic, "", value, comparison, threshold)
-    return Row(topic, data, paper, ours, check, producer)
+    if metrics is None:
+        return Row(topic, data, paper, "", None, producer)
+    return Row(topic, data, paper, ours, Check(topic, "", value, comparison, threshold), producer)
 
 
 def theory_rows(results: Results, dataset: str) -> list[Row]:
@@ -81,11 +89,14 @@ def theory_rows(results: Results, dataset: str) -> list[Row]:
         return [Row("Lemmas 4.1 and 4.2 (and 4.4, Theorem 4.3 on Assumption-1 data)", dataset, "", "", None,
                     f"evaluate@{dataset}")]
     one_step = results.get("one_step", dataset, "metrics.json") or {}
+    flow = results.get("gradient_flow", dataset, "metrics.json") or {}
     slopes = [one_step[key] for key in sorted(one_step) if key.startswith("slope_class_")] or [one_step.get("slope")]
     rows = []
     for fields in checks:
         check = Check(**{key: fields[key] for key in ("name", "claim", "value", "comparison", "threshold")})
-        ours = _number(check.value)
+        ours = f"{MEASURED.get(check.name, 'value')} {_number(check.value)}"
+        if check.name == "lemma42_p_norm_increasing" and flow.get("p_norm") is not None:
+            ours += f"; |p_T| = {_number(flow['p_norm'], '.3g')}"
         if check.name == "lemma41_slope_rel_error":
             ours = (f"slope {', '.join(_number(slope) for slope in slopes)} against "
                     f"{_number(one_step.get('slope_theory'))}: relative error {_number(check.value, '.3g')}"
