@@ -41,9 +41,10 @@ chromium:
 check-report: $(STAMP) chromium
 	$(BIN)/python -m toksel.render_check results/report/report.html
 
-# Gradient-flow steps per second on full IMDB (needs `dvc repro one_step@imdb`, i.e. the data mirror or the Hub).
+# Every benchmark on full IMDB, written to benchmarks/results.md (needs `dvc repro one_step@imdb`, i.e. the data
+# mirror or the Hub, and the stages' metrics for the peak-memory table); about 15 minutes here.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.gradient_flow_rate imdb
+	$(BIN)/python -m benchmarks.run
 
 # The MLflow UI on the embedded store (http://127.0.0.1:$(UI_PORT)); one worker keeps it light.
 ui: $(STAMP)

@@ -1,5 +1,6 @@
-"""Steps per second of gradient flow on a prepared dataset (default: full IMDB train, d = 2048), and the
-split of one step between the fused pass and the two products with E.
+"""Steps per second of gradient flow on a prepared dataset (default: full IMDB train, d = 2048), the split of
+one step between the fused pass and the two products with E, and the bytes a step moves against the
+memory bandwidth this machine measures.
 
 Needs the dataset's `prepare` and `one_step` outputs:  dvc repro one_step@imdb
 Run:  python -m benchmarks.gradient_flow_rate [dataset] [repeats]
@@ -11,8 +12,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numba
+import numpy as np
 
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import num_classes, read_token_table
@@ -26,6 +29,7 @@ STEPS = 100
 
 
 def median_seconds(action: Callable[[], object], repeats: int, calls: int = 20) -> float:
+    """The median over `repeats` runs of the mean time of `calls` calls, after one call to warm up."""
     action()  # compile, warm the caches
     times = []
     for _ in range(repeats):
@@ -36,14 +40,48 @@ def median_seconds(action: Callable[[], object], repeats: int, calls: int = 20) 
     return statistics.median(times)
 
 
-def main(dataset: str = "imdb", repeats: int = 5) -> None:
+@numba.njit(parallel=True, cache=True)
+def _sum_in_blocks(x, blocks):  # pragma: no cover (compiled)
+    partial = np.zeros(blocks)
+    for block in numba.prange(blocks):
+        start, stop = block * len(x) // blocks, (block + 1) * len(x) // blocks
+        total = 0.0
+        for i in range(start, stop):
+            total += x[i]
+        partial[block] = total
+    return partial.sum()
+
+
+def read_bandwidth(megabytes: int = 1024, repeats: int = 5) -> float:
+    """Bytes per second that numba's threads read from memory: a sum over an array far larger than the caches."""
+    x = np.ones(megabytes * 2**20 // 8)
+    seconds = median_seconds(lambda: _sum_in_blocks(x, 64 * numba.get_num_threads()), repeats, calls=3)
+    return x.nbytes / seconds
+
+
+@dataclass(frozen=True)
+class StepRate:
+    dataset: str
+    n: int
+    entries: int
+    vocab_size: int
+    d: int
+    threads: int
+    rates: list[float]  # steps per second, one per run of STEPS steps
+    parts: dict[str, float]  # seconds of each part of one step (medians)
+    bytes_per_step: dict[str, int]  # what each part must read at least
+
+    @property
+    def steps_per_second(self) -> float:
+        return statistics.median(self.rates)
+
+
+def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
     train = PackedSplit.load(processed_dir(dataset) / "train.npz")
     bags = FusedBags.from_split(train, num_classes(read_token_table(processed_dir(dataset) / "tokens.csv")))
     embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
-    E, p, v = embeddings["E1"], embeddings["p0"], embeddings["v"]
+    E, p, v = np.ascontiguousarray(embeddings["E1"]), embeddings["p0"], embeddings["v"]
     values = E @ v
-    print(f"{dataset}: n = {train.n:,}, {len(bags.tokens):,} entries, |S| = {E.shape[0]:,}, d = {E.shape[1]}, "
-          f"{numba.get_num_threads()} threads")
 
     rates = []
     run_gradient_flow(E, p, v, bags, steps=2, lr=1.0)
@@ -51,8 +89,6 @@ def main(dataset: str = "imdb", repeats: int = 5) -> None:
         start = time.perf_counter()
         run_gradient_flow(E, p, v, bags, steps=STEPS, lr=1.0, log_every=STEPS)
         rates.append(STEPS / (time.perf_counter() - start))
-    print(f"gradient flow: {statistics.median(rates):.1f} steps/s (median of {repeats} x {STEPS} steps; "
-          f"{', '.join(f'{rate:.1f}' for rate in rates)})")
 
     a = scores(E, p)
     g = loss_and_token_gradients(a, values, bags, with_values=False)[1]
@@ -61,7 +97,21 @@ def main(dataset: str = "imdb", repeats: int = 5) -> None:
         "E p": lambda: scores(E, p),
         "E^T g": lambda: transposed_product(E, g),
     }
-    print(", ".join(f"{name} {1e3 * median_seconds(part, repeats):.2f} ms" for name, part in parts.items()))
+    corpus = bags.indptr.nbytes + bags.tokens.nbytes + bags.counts.nbytes + bags.labels.nbytes
+    return StepRate(dataset, train.n, len(bags.tokens), E.shape[0], E.shape[1], numba.get_num_threads(), rates,
+                    {name: median_seconds(part, repeats) for name, part in parts.items()},
+                    {"fused pass": corpus + 2 * a.nbytes + values.nbytes, "E p": E.nbytes, "E^T g": E.nbytes})
+
+
+def main(dataset: str = "imdb", repeats: int = 5) -> None:
+    rate = measure(dataset, repeats)
+    print(f"{dataset}: n = {rate.n:,}, {rate.entries:,} entries, |S| = {rate.vocab_size:,}, d = {rate.d}, "
+          f"{rate.threads} threads")
+    print(f"gradient flow: {rate.steps_per_second:.1f} steps/s (median of {repeats} x {STEPS} steps; "
+          f"{', '.join(f'{r:.1f}' for r in rate.rates)})")
+    print(", ".join(f"{name} {1e3 * seconds:.2f} ms" for name, seconds in rate.parts.items()))
+    print(f"read bandwidth {read_bandwidth() / 1e9:.1f} GB/s; a step reads at least "
+          f"{sum(rate.bytes_per_step.values()) / 1e6:.0f} MB")
 
 
 if __name__ == "__main__":

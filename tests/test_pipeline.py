@@ -28,6 +28,7 @@ def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
     assert {"loss", "p_norm", "selection_fraction", "cos_max_margin", "normalized_margin",
             "max_margin_norm"} <= metrics["gradient_flow"].keys()
     assert metrics["prepare"]["max_abs_alpha_irrelevant"] == 0.0
+    assert all(stage_metrics["peak_memory_mb"] > 50 for stage_metrics in metrics.values())  # a Python with numpy
     assert metrics["one_step"]["slope_theory"] == 20.0  # eta0 = 40 in TINY
     history = pd.read_csv(results / "gradient_flow" / "synthetic" / "history.csv")
     assert history["step"].tolist() == list(range(0, 301, 50))

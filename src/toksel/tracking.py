@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import resource
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -30,6 +31,11 @@ from toksel.paths import project_root
 EXPERIMENT = "toksel"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
 PARENT_TAG = "mlflow.parentRunId"
+
+
+def peak_memory_mb() -> float:
+    """The peak resident memory of this process so far, in MiB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def tracking_uri() -> str:
@@ -84,11 +90,13 @@ class StageRun:
         self.client, self.run_id, self.parent_id = client, run_id, parent_id
 
     def record_metrics(self, path: Path, metrics: Mapping[str, float], logged: Iterable[str] = ()) -> None:
-        """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow.
+        """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow, with the stage
+        process's peak memory so far (`peak_memory_mb`).
 
         Names in `logged` already ended their MLflow history (log_history) on these final values.
         """
-        write_json(path, dict(metrics))
+        metrics = {**metrics, "peak_memory_mb": peak_memory_mb()}
+        write_json(path, metrics)
         logged = set(logged)
         self.log_metrics({name: value for name, value in metrics.items() if name not in logged})
 

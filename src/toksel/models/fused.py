@@ -100,22 +100,21 @@ def _kernel(outputs: int):
             reference, f_minus_reference, dloss_df = np.empty(outputs), np.empty(outputs), np.empty(outputs)
             for row in range(chunk * n // chunks, (chunk + 1) * n // chunks):
                 start, length = indptr[row], indptr[row + 1] - indptr[row]
-                top = -np.inf
+                top, z, r = -np.inf, 0.0, 0
                 for k in range(length):
                     s = tokens[start + k]
                     row_a[k] = a[s]
                     for j in range(outputs):
                         row_b[j * longest + k] = b[s * outputs + j]
-                    if shared:
+                    if row_a[k] >= top:  # r: the last of the top-scoring tokens
+                        top, r = row_a[k], k
+                    if shared:  # the weights need no row maximum: sum them on the way
                         row_w[k] = counts[start + k] * token_exp[s]
-                    top = max(top, row_a[k])
-                z, r = 0.0, 0
-                for k in range(length):
-                    if not shared:
+                        z += row_w[k]
+                if not shared:
+                    for k in range(length):
                         row_w[k] = counts[start + k] * np.exp(row_a[k] - top)
-                    z += row_w[k]
-                    if row_a[k] == top:
-                        r = k
+                        z += row_w[k]
                 # Per output: f - b_r = sum_k q_k (b_k - b_r), in the difference form with r a top-scoring token:
                 # once the softmax saturates on r, every term stays exact. Scalar sums: no dependency through
                 # memory.
@@ -131,14 +130,20 @@ def _kernel(outputs: int):
                 else:
                     losses[chunk] += _cross_entropy(reference, f_minus_reference, labels[row], dloss_df)
                 # dL/da_k = (1/n) q_k sum_j dL/df_j ((b_kj - b_rj) - (f_j - b_rj)), summed column by column
-                for j in range(outputs):
-                    column, slope, shift, offset = j * longest, dloss_df[j], reference[j], f_minus_reference[j]
-                    for k in range(length):
-                        term = slope * ((row_b[column + k] - shift) - offset)
-                        row_g[k] = term if j == 0 else row_g[k] + term
                 per_weight = 1.0 / (z * n)  # q_k / n = row_w[k] * per_weight: one division per row
-                for k in range(length):
-                    grad_a[chunk, tokens[start + k]] += row_g[k] * row_w[k] * per_weight
+                if outputs == 1:  # one column: straight into dL/da, no buffer
+                    slope, shift, offset = dloss_df[0], reference[0], f_minus_reference[0]
+                    for k in range(length):
+                        term = slope * ((row_b[k] - shift) - offset)
+                        grad_a[chunk, tokens[start + k]] += term * row_w[k] * per_weight
+                else:
+                    for j in range(outputs):
+                        column, slope, shift, offset = j * longest, dloss_df[j], reference[j], f_minus_reference[j]
+                        for k in range(length):
+                            term = slope * ((row_b[column + k] - shift) - offset)
+                            row_g[k] = term if j == 0 else row_g[k] + term
+                    for k in range(length):
+                        grad_a[chunk, tokens[start + k]] += row_g[k] * row_w[k] * per_weight
                 if with_values:
                     for j in range(outputs):
                         slope = dloss_df[j] * per_weight

@@ -1,0 +1,232 @@
+"""`make bench`: every benchmark on the real data, in one process, written to benchmarks/results.md.
+
+Needs the pipeline's IMDB outputs (dvc repro one_step@imdb, or make repro) and, for the peak-memory table, the
+stages' metrics.json. Run:  python -m benchmarks.run [--repeats 5] [--out benchmarks/results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+
+import numba
+import numpy as np
+import psutil
+import torch
+
+from benchmarks import gradient_flow_rate, training
+from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
+from toksel.config import load_config
+from toksel.data.corpus import PackedSplit
+from toksel.data.prepared import prepare_text
+from toksel.io import read_npz
+from toksel.models.fused import FusedBags
+from toksel.paths import processed_dir, results_dir
+
+DATASET = "imdb"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed(action: Callable[[], object], repeats: int) -> tuple[float, list[float], object]:
+    """(median seconds, every run's seconds, the first run's result)."""
+    seconds, result = [], None
+    for run in range(repeats):
+        start = time.perf_counter()
+        outcome = action()
+        seconds.append(time.perf_counter() - start)
+        result = outcome if run == 0 else result
+    return statistics.median(seconds), seconds, result
+
+
+def machine() -> list[str]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    packages = ", ".join(f"{name} {version(name)}" for name in ("torch", "numpy", "numba", "pytorch-lightning"))
+    return [f"- Machine: {cpu}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
+            f"{platform.system()} {platform.release()}",
+            f"- Python {platform.python_version()}; {packages}; numba threads {numba.get_num_threads()}, "
+            f"torch threads {torch.get_num_threads()}",
+            f"- GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}",
+            f"- Run on {time.strftime('%Y-%m-%d %H:%M %Z')} by `python -m benchmarks.run`"]
+
+
+def loss_and_gradient(repeats: int) -> list[str]:
+    train = PackedSplit.load(processed_dir(DATASET) / "train.npz")
+    bags = FusedBags.from_split(train)
+    start = read_npz(results_dir("one_step", DATASET) / "embeddings.npz", producer="one_step")
+    E, p, v = np.ascontiguousarray(start["E1"]), start["p0"] * 10, start["v"]  # a peaked softmax, as after GD
+    bag_gradients(E, p, v, bags)  # compile
+    bag_time, bag_runs, bag = timed(lambda: bag_gradients(E, p, v, bags), repeats)
+    dense_time, dense_runs, dense = timed(lambda: dense_gradients(E, p, v, train), repeats)
+    difference = bag.relative_difference(dense)
+    speed_up = dense_time / bag_time
+    lengths = train.lengths
+    return [
+        f"Full IMDB train: n = {train.n:,} reviews, {lengths.sum():,} positions (longest {lengths.max():,}), "
+        f"{len(bags.tokens):,} (review, token) entries, |S| = {E.shape[0]:,}, d = {E.shape[1]}, float64; "
+        "E = E1 of one_step@imdb, p = 10 p0 (a peaked softmax), v of the run. One loss and its gradients in E, p "
+        f"and v. Median of {repeats} runs.",
+        "",
+        "| path | median | runs (s) |",
+        "|---|---|---|",
+        f"| (a) dense autograd, E_X gathered in minibatches of at most {POSITIONS_PER_BATCH:,} positions | "
+        f"{dense_time:.2f} s | "
+        f"{', '.join(f'{s:.2f}' for s in dense_runs)} |",
+        f"| (b) bag of tokens: fused pass + products with E | {1e3 * bag_time:.1f} ms | "
+        f"{', '.join(f'{s:.4f}' for s in bag_runs)} |",
+        "",
+        f"(b) is **{speed_up:,.0f} times** faster than (a) (target: at least 100). Largest relative difference "
+        f"(Frobenius, over the loss and the three gradients): **{difference:.1e}** (target: at most 1e-5); "
+        f"loss {bag.loss:.12f} against {dense.loss:.12f}.",
+        f"Target met: {'yes' if speed_up >= 100 and difference <= 1e-5 else 'NO'}.",
+    ]
+
+
+def step_rate(repeats: int) -> list[str]:
+    rate = gradient_flow_rate.measure(DATASET, repeats)
+    bandwidth = gradient_flow_rate.read_bandwidth()
+    step = 1 / rate.steps_per_second
+    lines = [
+        f"Plain GD on p with E frozen at E1, full IMDB train ({rate.entries:,} entries, |S| = {rate.vocab_size:,}, "
+        f"d = {rate.d}, float64), {rate.threads} threads: **{rate.steps_per_second:.1f} steps per second** "
+        f"(median of {repeats} runs of {gradient_flow_rate.STEPS} steps: "
+        f"{', '.join(f'{r:.1f}' for r in rate.rates)}); target 100.",
+        "",
+        f"Where a step's {1e3 * step:.1f} ms go, against the bytes each part must read at the read bandwidth "
+        f"measured here ({bandwidth / 1e9:.1f} GB/s: a parallel sum over 1 GiB, far beyond the "
+        "caches):",
+        "",
+        "| part | median | bytes read at least | time at the measured bandwidth | share of the bandwidth used |",
+        "|---|---|---|---|---|",
+    ]
+    for name, seconds in rate.parts.items():
+        moved = rate.bytes_per_step[name]
+        lines.append(f"| {name} | {1e3 * seconds:.2f} ms | {moved / 1e6:.0f} MB | {1e3 * moved / bandwidth:.2f} ms | "
+                     f"{moved / bandwidth / seconds:.0%} |")
+    floor = sum(rate.bytes_per_step.values()) / bandwidth
+    rest = step - sum(rate.parts.values())
+    lines += [
+        f"| the rest (GD update, loop) | {1e3 * rest:.2f} ms | | | |",
+        "",
+        f"A step must read at least {sum(rate.bytes_per_step.values()) / 1e6:.0f} MB: at {bandwidth / 1e9:.1f} GB/s "
+        f"that is {1e3 * floor:.2f} ms, a ceiling of {1 / floor:.0f} steps per second from memory bandwidth alone.",
+    ]
+    return lines
+
+
+def gradient_flow_stage(repeats: int) -> list[str]:
+    """`python -m pipelines.gradient_flow dataset=imdb` as DVC runs it, in a scratch project that links the
+    real inputs, so the real outputs and the MLflow store stay untouched."""
+    with tempfile.TemporaryDirectory() as scratch:
+        project = Path(scratch)
+        (project / "results").mkdir()
+        (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+        (project / "data").symlink_to(ROOT / "data")
+        (project / "results" / "one_step").symlink_to(ROOT / "results" / "one_step")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0", "TOKSEL_PIPELINE_ID": "benchmark",
+               "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
+        command = [sys.executable, "-m", "pipelines.gradient_flow", f"dataset={DATASET}"]
+        median, runs, _ = timed(lambda: subprocess.run(command, cwd=project, env=env, check=True,
+                                                       capture_output=True), repeats)
+        metrics = json.loads((project / "results" / "gradient_flow" / DATASET / "metrics.json").read_text())
+    settings = load_config([f"dataset={DATASET}"]).gradient_flow
+    return [f"`python -m pipelines.gradient_flow dataset={DATASET}` ({settings.steps:,} steps, logging every "
+            f"{settings.log_every}, MLflow and outputs included, a fresh process each time): median "
+            f"**{median:.1f} s** of {repeats} runs ({', '.join(f'{s:.1f}' for s in runs)}); peak memory "
+            f"{metrics['peak_memory_mb']:,.0f} MiB."]
+
+
+def prepare_throughput(repeats: int) -> list[str]:
+    config = load_config([f"dataset={DATASET}"])
+    median, runs, prepared = timed(lambda: prepare_text(DATASET, config.data, config.base.seed), repeats)
+    reviews = sum(split.n for split in prepared.splits.values())
+    tokens = sum(int(split.lengths.sum()) for split in prepared.splits.values())
+    return [f"`prepare` of {DATASET} from the mirror's parquet files (load, balanced subsample, tokenize with "
+            f"`{config.data.tokenizer}`, vocabulary, encode, pack, token statistics), {reviews:,} reviews and "
+            f"{tokens:,} tokens kept: median **{median:.1f} s** of {repeats} runs "
+            f"({', '.join(f'{s:.1f}' for s in runs)}): **{reviews / median:,.0f} reviews/s, "
+            f"{tokens / median / 1e6:.2f} M tokens/s**."]
+
+
+def lightning(windows: int) -> list[str]:
+    config = load_config([f"dataset={DATASET}"])
+    one = training.one_layer_step(config, DATASET, windows, steps=10)
+    lines = [f"One-layer bag-of-tokens model (the `train` stage, E, p and v trained, d = {config.model.d}, batch "
+             f"{config.train.batch_size}, precision {config.train.precision}, CPU): **{one.steps_per_second:.1f} "
+             f"steps/s**, {one.sequences_per_second:,.0f} reviews/s, {one.tokens_per_second / 1e6:.2f} M tokens/s "
+             f"(median of {one.windows} windows of {one.steps} steps).", "",
+             f"Two-layer model over positions (the `ablation` stage's `two_layer`, d = {config.sequence.cpu.d}, "
+             f"batch {config.sequence.batch_size}, CPU), tokens per second with and without length bucketing "
+             f"(median of {windows} windows of 10 steps):", "",
+             "| reviews cut to | bucketed | steps/s | tokens/s (no padding) | positions/s (with padding) | "
+             "padding |", "|---|---|---|---|---|---|"]
+    for max_len in (config.sequence.cpu.max_len, 512):
+        for bucketed in (True, False):
+            rate = training.two_layer_step(config, DATASET, bucketed, max_len, windows, steps=10)
+            lines.append(f"| {max_len} | {'yes' if bucketed else 'no'} | {rate.steps_per_second:.2f} | "
+                         f"{rate.tokens_per_second:,.0f} | {rate.padded_tokens_per_second:,.0f} | "
+                         f"{1 - rate.tokens_per_second / rate.padded_tokens_per_second:.1%} |")
+    if not torch.cuda.is_available():
+        lines += ["", "GPU (bf16 autocast, TF32): not measured, this machine has no GPU."]
+    return lines
+
+
+def peak_memory() -> list[str]:
+    """Each stage's recorded peak memory against the n x T x d array the dense model would hold."""
+    lines = ["| stage output | peak memory | n x T_max x d in float32 (a dense full batch of its data) |",
+             "|---|---|---|"]
+    for path in sorted(Path("results").glob("**/metrics.json")):
+        metrics = json.loads(path.read_text())
+        if "peak_memory_mb" not in metrics:
+            continue
+        dataset = path.parts[2] if len(path.parts) > 3 else ""
+        dense = ""
+        if (processed_dir(dataset) / "train.npz").exists() and path.parts[1] in ("one_step", "gradient_flow",
+                                                                                  "train", "evaluate"):
+            split = PackedSplit.load(processed_dir(dataset) / "train.npz")
+            d = load_config([f"dataset={dataset}"]).model.d
+            dense = f"{split.n * int(split.lengths.max()) * d * 4 / 2**30:,.1f} GiB"
+        lines.append(f"| {path.parent} | {metrics['peak_memory_mb']:,.0f} MiB | {dense} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per measurement (the medians are over them)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.md")
+    args = parser.parse_args(argv)
+    if not (results_dir("one_step", DATASET) / "embeddings.npz").exists():
+        print(f"benchmarks: {results_dir('one_step', DATASET)}/embeddings.npz is missing: run "
+              f"`dvc repro one_step@{DATASET}` first", file=sys.stderr)
+        return 2
+    sections = {
+        "Machine": machine,
+        "(a) dense autograd against (b) the bag-of-tokens path: one full-batch loss and gradient":
+            lambda: loss_and_gradient(args.repeats),
+        "Gradient-flow steps per second, and the memory-bandwidth account": lambda: step_rate(args.repeats),
+        "A whole gradient_flow stage": lambda: gradient_flow_stage(args.repeats),
+        "prepare throughput": lambda: prepare_throughput(args.repeats),
+        "Lightning training throughput": lambda: lightning(args.repeats),
+        "Peak memory of every stage (its metrics.json, from the last dvc repro)": peak_memory,
+    }
+    lines = ["# toksel benchmarks", ""]
+    for title, section in sections.items():
+        print(f"benchmarks: {title} ...", file=sys.stderr, flush=True)
+        lines += [f"## {title}", "", *section(), ""]
+    args.out.write_text("\n".join(lines))
+    print(f"benchmarks: written to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Lightning training throughput: the one-layer bag-of-tokens step (the `train` stage's model) and the two-layer
+model over positions (the `ablation` stage's) with and without length bucketing.
+
+Each measurement trains one model for a few warm-up steps, then `windows` windows of `steps` steps, and
+reports the median over the windows. A window is timed from the end of one training step to the end of
+another, so it includes making the batches (padding, bucketing) as well as the forward and backward passes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from toksel.config import Config
+from toksel.data.token_table import num_classes, read_token_table
+from toksel.io import read_npz
+from toksel.models.one_layer import initialise
+from toksel.models.sequence import LAYOUTS, SequenceClassifier
+from toksel.paths import processed_dir, results_dir
+from toksel.training.classifier import BagClassifier, ClassifierModule
+from toksel.training.data import PackedDataModule
+from toksel.training.fit import parameter_dtype
+from toksel.training.sequence_classifier import SequenceModule
+from toksel.training.sequence_data import SequenceDataModule
+
+WARM_UP = 3
+
+
+@dataclass(frozen=True)
+class Throughput:
+    steps_per_second: float  # medians over the windows
+    sequences_per_second: float
+    tokens_per_second: float  # tokens of the sequences, padding left out
+    padded_tokens_per_second: float  # positions computed on, padding included (bags: = tokens)
+    windows: int
+    steps: int  # per window
+
+
+class _StepClock(pl.Callback):
+    """The end time of every training step, with the batch's sequences, tokens and positions."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+        self.sizes: list[tuple[int, int, int]] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        self.ends.append(time.perf_counter())
+        if "mask" in batch:
+            mask = batch["mask"]
+            self.sizes.append((len(batch["labels"]), int(mask.sum()), mask.numel()))
+        else:
+            tokens = int(batch["counts"].sum())
+            self.sizes.append((len(batch["labels"]), tokens, tokens))
+
+
+def measure(module: ClassifierModule, data: PackedDataModule, windows: int, steps: int, precision: str,
+            accelerator: str = "auto") -> Throughput:
+    clock = _StepClock()
+    trainer = pl.Trainer(max_steps=WARM_UP + windows * steps, accelerator=accelerator, devices=1, precision=precision,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[clock])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|LeafSpec|val_dataloader).*")
+        trainer.fit(module, train_dataloaders=data.loader("train", shuffle=True))
+    ends, sizes = np.array(clock.ends), np.array(clock.sizes, dtype=float)
+    rates = []
+    for window in range(windows):
+        first, last = WARM_UP - 1 + window * steps, WARM_UP - 1 + (window + 1) * steps
+        seconds = ends[last] - ends[first]
+        rates.append(np.concatenate([[steps], sizes[first + 1:last + 1].sum(axis=0)]) / seconds)
+    median = [statistics.median(rate[i] for rate in rates) for i in range(4)]
+    return Throughput(*median, windows=windows, steps=steps)
+
+
+def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Throughput:
+    """The `train` stage's model (E, p, v trained) on `dataset`, from its one_step initialisation."""
+    settings = config.train
+    dtype = parameter_dtype(settings.precision)
+    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    start = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
+    E, p, v = (torch.tensor(start[name], dtype=dtype) for name in ("E0", "p0", "v"))
+    module = BagClassifier(E, p, v, torch.tensor(tokens["important"].to_numpy(dtype=bool)), train_embeddings=True,
+                           optimizer=settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay)
+    data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.base.seed,
+                            dtype)
+    return measure(module, data, windows, steps, settings.precision)
+
+
+def two_layer_step(config: Config, dataset: str, bucketed: bool, max_len: int | None, windows: int,
+                   steps: int) -> Throughput:
+    """The `ablation` stage's two-layer model at the CPU profile's d, reviews cut to `max_len` tokens."""
+    settings, scale = config.train, config.sequence.cpu
+    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    init = initialise(len(tokens), scale.d, config.base.seed, parameter_dtype(settings.precision),
+                      num_classes(tokens))
+    model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS["two_layer"], seed=config.base.seed)
+    module = SequenceModule(model, torch.tensor(tokens["important"].to_numpy(dtype=bool)), settings.optimizer,
+                            settings.lr, settings.weight_decay)
+    data = SequenceDataModule(processed_dir(dataset), config.sequence.batch_size, settings.val_fraction,
+                              config.base.seed, bucketed, max_len, scale.max_train, scale.max_test)
+    return measure(module, data, windows, steps, settings.precision)
