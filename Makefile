@@ -42,7 +42,7 @@ check-report: $(STAMP) chromium
 	$(BIN)/python -m toksel.render_check results/report/report.html
 
 # Every benchmark on full IMDB, written to benchmarks/results.md (needs `dvc repro one_step@imdb`, i.e. the data
-# mirror or the Hub, and the stages' metrics for the peak-memory table); about 15 minutes here.
+# mirror or the Hub, and the stages' metrics for the peak-memory table); about 24 minutes here.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 

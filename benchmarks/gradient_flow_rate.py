@@ -40,23 +40,12 @@ def median_seconds(action: Callable[[], object], repeats: int, calls: int = 20) 
     return statistics.median(times)
 
 
-@numba.njit(parallel=True, cache=True)
-def _sum_in_blocks(x, blocks):  # pragma: no cover (compiled)
-    partial = np.zeros(blocks)
-    for block in numba.prange(blocks):
-        start, stop = block * len(x) // blocks, (block + 1) * len(x) // blocks
-        total = 0.0
-        for i in range(start, stop):
-            total += x[i]
-        partial[block] = total
-    return partial.sum()
-
-
 def read_bandwidth(megabytes: int = 1024, repeats: int = 5) -> float:
-    """Bytes per second that numba's threads read from memory: a sum over an array far larger than the caches."""
-    x = np.ones(megabytes * 2**20 // 8)
-    seconds = median_seconds(lambda: _sum_in_blocks(x, 64 * numba.get_num_threads()), repeats, calls=3)
-    return x.nbytes / seconds
+    """Bytes per second that numba's threads read from memory: the E p product (products.scores, vectorised)
+    on a matrix far larger than the caches, so nearly every byte comes from memory."""
+    matrix = np.ones((megabytes * 2**20 // (8 * 2048), 2048))
+    x = np.ones(2048)
+    return matrix.nbytes / median_seconds(lambda: scores(matrix, x), repeats, calls=3)
 
 
 @dataclass(frozen=True)
