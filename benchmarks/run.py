@@ -7,6 +7,7 @@ stages' metrics.json. Run:  python -m benchmarks.run [--repeats 5] [--out benchm
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -181,6 +182,13 @@ def lightning(windows: int) -> list[str]:
     return lines
 
 
+@functools.cache
+def _dense_batch_gib(dataset: str) -> float:
+    """n x T_max x d float32 of a dataset's train split, in GiB (each split read once)."""
+    split = PackedSplit.load(processed_dir(dataset) / "train.npz")
+    return split.n * int(split.lengths.max()) * load_config([f"dataset={dataset}"]).model.d * 4 / 2**30
+
+
 def peak_memory() -> list[str]:
     """Each stage's recorded peak memory against the n x T x d array the dense model would hold."""
     lines = ["| stage output | peak memory | n x T_max x d in float32 (a dense full batch of its data) |",
@@ -193,9 +201,7 @@ def peak_memory() -> list[str]:
         dense = ""
         if (processed_dir(dataset) / "train.npz").exists() and path.parts[1] in ("one_step", "gradient_flow",
                                                                                   "train", "evaluate"):
-            split = PackedSplit.load(processed_dir(dataset) / "train.npz")
-            d = load_config([f"dataset={dataset}"]).model.d
-            dense = f"{split.n * int(split.lengths.max()) * d * 4 / 2**30:,.1f} GiB"
+            dense = f"{_dense_batch_gib(dataset):,.1f} GiB"
         lines.append(f"| {path.parent} | {metrics['peak_memory_mb']:,.0f} MiB | {dense} |")
     return lines
 
