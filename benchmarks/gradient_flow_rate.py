@@ -1,6 +1,6 @@
 """Steps per second of gradient flow on a prepared dataset (default: full IMDB train, d = 2048), the split of
-one step between the fused pass and the two products with E, and the bytes a step moves against the
-memory bandwidth this machine measures.
+one step between the fused pass and the two products with E, the bytes a step moves against the memory
+bandwidth this machine measures, and the least time any pass over the corpus entries takes here.
 
 Needs the dataset's `prepare` and `one_step` outputs:  dvc repro one_step@imdb
 Run:  python -m benchmarks.gradient_flow_rate [dataset] [repeats]
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
+from benchmarks.timing import timed
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import read_npz
@@ -28,24 +27,31 @@ from toksel.training.gradient_flow import run_gradient_flow
 STEPS = 100
 
 
-def median_seconds(action: Callable[[], object], repeats: int, calls: int = 20) -> float:
-    """The median over `repeats` runs of the mean time of `calls` calls, after one call to warm up."""
-    action()  # compile, warm the caches
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            action()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
-
-
 def read_bandwidth(megabytes: int = 1024, repeats: int = 5) -> float:
     """Bytes per second that numba's threads read from memory: the E p product (products.scores, vectorised)
     on a matrix far larger than the caches, so nearly every byte comes from memory."""
     matrix = np.ones((megabytes * 2**20 // (8 * 2048), 2048))
     x = np.ones(2048)
-    return matrix.nbytes / median_seconds(lambda: scores(matrix, x), repeats, calls=3)
+    return matrix.nbytes / timed(lambda: scores(matrix, x), repeats, calls=3, warm_up=True).median
+
+
+def entry_floor(token_scores: np.ndarray, token_values: np.ndarray, bags: FusedBags) -> np.ndarray:
+    """The least work a pass over the corpus entries can do: read each (review, token, count) entry, gather its
+    token's score and value, and add one number into that token's gradient. The fused pass does this and the
+    softmax besides; timing this bare loop on the same threads says how much of the fused pass is the
+    irregular access itself."""
+    gradient = np.zeros((numba.get_num_threads(), bags.vocab_size))
+    _gather_scatter(token_scores, token_values, bags.indptr, bags.tokens, bags.counts, gradient)
+    return gradient.sum(axis=0)
+
+
+@numba.njit(parallel=True, cache=True)
+def _gather_scatter(a, b, indptr, tokens, counts, gradient):  # pragma: no cover (compiled)
+    rows, chunks = len(indptr) - 1, gradient.shape[0]
+    for chunk in numba.prange(chunks):  # the fused pass's split: whole reviews, an equal number per thread
+        for entry in range(indptr[chunk * rows // chunks], indptr[(chunk + 1) * rows // chunks]):
+            token = tokens[entry]
+            gradient[chunk, token] += counts[entry] * a[token] * b[token]
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class StepRate:
     rates: list[float]  # steps per second, one per run of STEPS steps
     parts: dict[str, float]  # seconds of each part of one step (medians)
     bytes_per_step: dict[str, int]  # what each part must read at least
+    entry_floor: float  # seconds of the bare gather-and-scatter loop over the entries (median)
 
     @property
     def steps_per_second(self) -> float:
@@ -72,12 +79,8 @@ def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
     E, p, v = np.ascontiguousarray(embeddings["E1"]), embeddings["p0"], embeddings["v"]
     values = E @ v
 
-    rates = []
-    run_gradient_flow(E, p, v, bags, steps=2, lr=1.0)
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run_gradient_flow(E, p, v, bags, steps=STEPS, lr=1.0, log_every=STEPS)
-        rates.append(STEPS / (time.perf_counter() - start))
+    run_gradient_flow(E, p, v, bags, steps=2, lr=1.0)  # compile
+    runs = timed(lambda: run_gradient_flow(E, p, v, bags, steps=STEPS, lr=1.0, log_every=STEPS), repeats)
 
     a = scores(E, p)
     g = loss_and_token_gradients(a, values, bags, with_values=False)[1]
@@ -86,10 +89,13 @@ def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
         "E p": lambda: scores(E, p),
         "E^T g": lambda: transposed_product(E, g),
     }
+    floor = timed(lambda: entry_floor(a, values, bags), repeats, calls=20, warm_up=True).median
     corpus = bags.indptr.nbytes + bags.tokens.nbytes + bags.counts.nbytes + bags.labels.nbytes
-    return StepRate(dataset, train.n, len(bags.tokens), E.shape[0], E.shape[1], numba.get_num_threads(), rates,
-                    {name: median_seconds(part, repeats) for name, part in parts.items()},
-                    {"fused pass": corpus + 2 * a.nbytes + values.nbytes, "E p": E.nbytes, "E^T g": E.nbytes})
+    return StepRate(dataset, train.n, len(bags.tokens), E.shape[0], E.shape[1], numba.get_num_threads(),
+                    [STEPS / seconds for seconds in runs.seconds],
+                    {name: timed(part, repeats, calls=20, warm_up=True).median for name, part in parts.items()},
+                    {"fused pass": corpus + 2 * a.nbytes + values.nbytes, "E p": E.nbytes, "E^T g": E.nbytes},
+                    floor)
 
 
 def main(dataset: str = "imdb", repeats: int = 5) -> None:
@@ -98,7 +104,8 @@ def main(dataset: str = "imdb", repeats: int = 5) -> None:
           f"{rate.threads} threads")
     print(f"gradient flow: {rate.steps_per_second:.1f} steps/s (median of {repeats} x {STEPS} steps; "
           f"{', '.join(f'{r:.1f}' for r in rate.rates)})")
-    print(", ".join(f"{name} {1e3 * seconds:.2f} ms" for name, seconds in rate.parts.items()))
+    print(", ".join(f"{name} {1e3 * seconds:.2f} ms" for name, seconds in rate.parts.items())
+          + f"; bare gather and scatter over the entries {1e3 * rate.entry_floor:.2f} ms")
     print(f"read bandwidth {read_bandwidth() / 1e9:.1f} GB/s; a step reads at least "
           f"{sum(rate.bytes_per_step.values()) / 1e6:.0f} MB")
 

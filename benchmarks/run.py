@@ -11,12 +11,10 @@ import functools
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import torch
 
 from benchmarks import gradient_flow_rate, training
 from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
+from benchmarks.timing import timed
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
 from toksel.data.prepared import prepare_text
@@ -36,17 +35,6 @@ from toksel.paths import processed_dir, results_dir
 
 DATASET = "imdb"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def timed(action: Callable[[], object], repeats: int) -> tuple[float, list[float], object]:
-    """(median seconds, every run's seconds, the first run's result)."""
-    seconds, result = [], None
-    for run in range(repeats):
-        start = time.perf_counter()
-        outcome = action()
-        seconds.append(time.perf_counter() - start)
-        result = outcome if run == 0 else result
-    return statistics.median(seconds), seconds, result
 
 
 def machine() -> list[str]:
@@ -67,10 +55,10 @@ def loss_and_gradient(repeats: int) -> list[str]:
     start = read_npz(results_dir("one_step", DATASET) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(start["E1"]), start["p0"] * 10, start["v"]  # a peaked softmax, as after GD
     bag_gradients(E, p, v, bags)  # compile
-    bag_time, bag_runs, bag = timed(lambda: bag_gradients(E, p, v, bags), repeats)
-    dense_time, dense_runs, dense = timed(lambda: dense_gradients(E, p, v, train), repeats)
-    difference = bag.relative_difference(dense)
-    speed_up = dense_time / bag_time
+    bag = timed(lambda: bag_gradients(E, p, v, bags), repeats)
+    dense = timed(lambda: dense_gradients(E, p, v, train), repeats)
+    difference = bag.result.relative_difference(dense.result)
+    speed_up = dense.median / bag.median
     lengths = train.lengths
     return [
         f"Full IMDB train: n = {train.n:,} reviews, {lengths.sum():,} positions (longest {lengths.max():,}), "
@@ -81,14 +69,14 @@ def loss_and_gradient(repeats: int) -> list[str]:
         "| path | median | runs (s) |",
         "|---|---|---|",
         f"| (a) dense autograd, E_X gathered in minibatches of at most {POSITIONS_PER_BATCH:,} positions | "
-        f"{dense_time:.2f} s | "
-        f"{', '.join(f'{s:.2f}' for s in dense_runs)} |",
-        f"| (b) bag of tokens: fused pass + products with E | {1e3 * bag_time:.1f} ms | "
-        f"{', '.join(f'{s:.4f}' for s in bag_runs)} |",
+        f"{dense.median:.2f} s | "
+        f"{', '.join(f'{s:.2f}' for s in dense.seconds)} |",
+        f"| (b) bag of tokens: fused pass + products with E | {1e3 * bag.median:.1f} ms | "
+        f"{', '.join(f'{s:.4f}' for s in bag.seconds)} |",
         "",
         f"(b) is **{speed_up:,.0f} times** faster than (a) (target: at least 100). Largest relative difference "
         f"(Frobenius, over the loss and the three gradients): **{difference:.1e}** (target: at most 1e-5); "
-        f"loss {bag.loss:.12f} against {dense.loss:.12f}.",
+        f"loss {bag.result.loss:.12f} against {dense.result.loss:.12f}.",
         f"Target met: {'yes' if speed_up >= 100 and difference <= 1e-5 else 'NO'}.",
     ]
 
@@ -116,11 +104,26 @@ def step_rate(repeats: int) -> list[str]:
                      f"{moved / bandwidth / seconds:.0%} |")
     floor = sum(rate.bytes_per_step.values()) / bandwidth
     rest = step - sum(rate.parts.values())
+    products = (rate.bytes_per_step["E p"] + rate.bytes_per_step["E^T g"]) / bandwidth
+    fused = rate.parts["fused pass"]
     lines += [
         f"| the rest (GD update, loop) | {1e3 * rest:.2f} ms | | | |",
         "",
         f"A step must read at least {sum(rate.bytes_per_step.values()) / 1e6:.0f} MB: at {bandwidth / 1e9:.1f} GB/s "
         f"that is {1e3 * floor:.2f} ms, a ceiling of {1 / floor:.0f} steps per second from memory bandwidth alone.",
+        "",
+        f"The fused pass is not bound by bytes but by its {rate.entries:,} irregular accesses: the least any pass "
+        "over the entries does, a bare compiled loop on the same threads that reads each entry, gathers its "
+        f"token's score and value and adds one number into that token's gradient, takes **{1e3 * rate.entry_floor:.2f} "
+        f"ms** here ({1e9 * rate.entry_floor * rate.threads / rate.entries:.1f} ns per entry per thread); the fused "
+        f"pass, which also computes the softmax, the loss and the difference-form sums, takes "
+        f"{fused / rate.entry_floor:.1f} times that.",
+        "",
+        f"So on this machine a step cannot take less than the bare pass over the entries plus the two products at "
+        f"the measured bandwidth, {1e3 * rate.entry_floor:.2f} + {1e3 * products:.2f} = "
+        f"{1e3 * (rate.entry_floor + products):.2f} ms: at most **{1 / (rate.entry_floor + products):.0f} steps per "
+        f"second**, against the {rate.steps_per_second:.1f} measured "
+        f"({rate.steps_per_second * (rate.entry_floor + products):.0%} of that limit).",
     ]
     return lines
 
@@ -137,25 +140,26 @@ def gradient_flow_stage(repeats: int) -> list[str]:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0", "TOKSEL_PIPELINE_ID": "benchmark",
                "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
         command = [sys.executable, "-m", "pipelines.gradient_flow", f"dataset={DATASET}"]
-        median, runs, _ = timed(lambda: subprocess.run(command, cwd=project, env=env, check=True,
-                                                       capture_output=True), repeats)
+        stage = timed(lambda: subprocess.run(command, cwd=project, env=env, check=True, capture_output=True),
+                      repeats)
         metrics = json.loads((project / "results" / "gradient_flow" / DATASET / "metrics.json").read_text())
     settings = load_config([f"dataset={DATASET}"]).gradient_flow
     return [f"`python -m pipelines.gradient_flow dataset={DATASET}` ({settings.steps:,} steps, logging every "
             f"{settings.log_every}, MLflow and outputs included, a fresh process each time): median "
-            f"**{median:.1f} s** of {repeats} runs ({', '.join(f'{s:.1f}' for s in runs)}); peak memory "
+            f"**{stage.median:.1f} s** of {repeats} runs ({', '.join(f'{s:.1f}' for s in stage.seconds)}); peak memory "
             f"{metrics['peak_memory_mb']:,.0f} MiB."]
 
 
 def prepare_throughput(repeats: int) -> list[str]:
     config = load_config([f"dataset={DATASET}"])
-    median, runs, prepared = timed(lambda: prepare_text(DATASET, config.data, config.base.seed), repeats)
-    reviews = sum(split.n for split in prepared.splits.values())
-    tokens = sum(int(split.lengths.sum()) for split in prepared.splits.values())
+    prepare = timed(lambda: prepare_text(DATASET, config.data, config.base.seed), repeats)
+    median, splits = prepare.median, prepare.result.splits.values()
+    reviews = sum(split.n for split in splits)
+    tokens = sum(int(split.lengths.sum()) for split in splits)
     return [f"`prepare` of {DATASET} from the mirror's parquet files (load, balanced subsample, tokenize with "
             f"`{config.data.tokenizer}`, vocabulary, encode, pack, token statistics), {reviews:,} reviews and "
             f"{tokens:,} tokens kept: median **{median:.1f} s** of {repeats} runs "
-            f"({', '.join(f'{s:.1f}' for s in runs)}): **{reviews / median:,.0f} reviews/s, "
+            f"({', '.join(f'{s:.1f}' for s in prepare.seconds)}): **{reviews / median:,.0f} reviews/s, "
             f"{tokens / median / 1e6:.2f} M tokens/s**."]
 
 

@@ -1,8 +1,15 @@
-"""The benchmarks' two paths compute the same loss and gradients (on small data, through the same code)."""
+"""The benchmarks measure what they say: the two paths agree, the floor loop and the Lightning counters count right."""
 
 import numpy as np
+import pytest
 
+from benchmarks import training
 from benchmarks.dense import bag_gradients, dense_gradients, length_batches
+from benchmarks.gradient_flow_rate import entry_floor
+from benchmarks.timing import timed
+from pipelines import one_step, prepare
+from tests.helpers import TINY
+from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
@@ -25,3 +32,34 @@ def test_the_dense_reference_and_the_bag_of_tokens_path_agree_on_sequences_of_un
     dense = dense_gradients(E, p, v, split)
     assert dense.relative_difference(bag_gradients(E, p, v, FusedBags.from_split(split))) < 1e-12
     assert dense.relative_difference(bag_gradients(E, p, -v, FusedBags.from_split(split))) > 1e-3  # it can fail
+
+
+def test_the_bare_pass_over_the_entries_gathers_and_scatters_each_entry_once():
+    rng = np.random.default_rng(3)
+    sequences = [rng.integers(0, 20, size=rng.integers(1, 30)) for _ in range(50)]
+    bags = FusedBags.from_split(PackedSplit.from_sequences(sequences, rng.integers(0, 2, size=50), vocab_size=20))
+    a, b = rng.normal(size=20), rng.normal(size=20)
+    expected = np.zeros(20)
+    np.add.at(expected, bags.tokens, bags.counts * a[bags.tokens] * b[bags.tokens])
+    assert np.allclose(entry_floor(a, b, bags), expected, rtol=1e-12, atol=0)
+
+
+def test_the_timer_keeps_the_first_result_and_one_mean_per_run():
+    calls = []
+    timing = timed(lambda: calls.append(len(calls)) or len(calls), repeats=3, calls=4, warm_up=True)
+    assert len(calls) == 1 + 3 * 4 and timing.result == 2  # the warm-up call returned 1
+    assert len(timing.seconds) == 3 and timing.median == sorted(timing.seconds)[1]
+
+
+def test_lightning_throughput_counts_the_steps_reviews_and_padding_of_its_windows(project):
+    for module in (prepare, one_step):
+        assert module.main(TINY) == 0
+    config = load_config(TINY)
+    bags = training.one_layer_step(config, "synthetic", windows=2, steps=2)
+    assert bags.windows == 2 and bags.steps_per_second > 0
+    assert bags.tokens_per_second == bags.padded_tokens_per_second  # bags have no padding
+    train_rows = bags.sequences_per_second / bags.steps_per_second  # one batch per epoch: every training row
+    assert train_rows == pytest.approx(round(80 * (1 - config.train.val_fraction)))
+    positions = training.two_layer_step(config, "synthetic", bucketed=False, max_len=4, windows=2, steps=2)
+    assert 0 < positions.tokens_per_second <= positions.padded_tokens_per_second
+    assert positions.padded_tokens_per_second / positions.sequences_per_second == pytest.approx(4)  # cut to 4

@@ -3,7 +3,10 @@
 import json
 import math
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
@@ -85,3 +88,11 @@ def test_failed_stage_exits_2_marks_its_run_failed_and_keeps_its_old_outputs(fin
     runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
                               filter_string="tags.stage = 'gradient_flow'", order_by=["attributes.start_time DESC"])
     assert [run.info.status for run in runs] == ["FAILED", "FINISHED"]
+
+
+def test_a_stage_reports_its_own_peak_memory_not_that_of_the_process_that_started_it():
+    ballast = np.ones(2**27)  # 1 GiB resident in this process, which forks the child below
+    probe = "from toksel.tracking import peak_memory_mb; print(peak_memory_mb())"
+    child = float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                 check=True).stdout)
+    assert 20 < child < 512 < ballast.nbytes / 2**20
