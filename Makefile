@@ -7,8 +7,9 @@ export DVC_NO_ANALYTICS := 1
 # DVC stages call `python`: make it the project's.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
+TEAM_PORT ?= 5001
 
-.PHONY: install repro test lint ui bench chromium check-report
+.PHONY: install repro test lint ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -22,9 +23,11 @@ repro: $(STAMP)
 	$(BIN)/dvc repro
 
 # Two workers, one test file each at a time: the DVC end-to-end test runs beside the others.
-# Chromium is installed when it can be (root or sudo); without it the report's render test is skipped.
+# Chromium and PostgreSQL are installed when they can be (root or sudo); without them the report's render test
+# and the team server's test are skipped.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory chromium || echo "no Chromium: the report's render test will be skipped"
+	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
 	$(BIN)/ruff check src pipelines tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
@@ -36,6 +39,18 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium; }
+
+# PostgreSQL (Debian package; root or sudo), the store of the team's MLflow server. Its binaries are not on PATH:
+# Debian keeps them in /usr/lib/postgresql/<version>/bin.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends postgresql; }
+
+# The team's MLflow server (http://127.0.0.1:$(TEAM_PORT)) on PostgreSQL, artifacts on local disk, all under .team/;
+# in the foreground: Ctrl-C stops both.
+mlflow-server: $(STAMP) postgres
+	$(BIN)/python -m toksel.team_server start --port $(TEAM_PORT)
 
 # The report (make repro) opens in headless Chromium with every figure loaded.
 check-report: $(STAMP) chromium

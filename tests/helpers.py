@@ -1,5 +1,8 @@
 """What several test modules share: the project root and a tiny but real configuration."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -10,3 +13,19 @@ TINY = [
     "data.synthetic.seq_len=6", "data.synthetic.n_train=80", "data.synthetic.n_test=40",
     "model.d=256", "one_step.eta0=40", "gradient_flow.steps=300", "gradient_flow.log_every=50",
 ]
+
+# Training settings a tiny fit completes under in a few seconds.
+TINY_TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02"]
+
+
+def start_stage(stage: str, args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
+    """`python -m pipelines.<stage> args` as DVC starts it: its own process, in the project `cwd`."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.Popen([sys.executable, "-m", f"pipelines.{stage}", *args], cwd=cwd, env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_stage_process(stage: str, args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    process = start_stage(stage, args, cwd, **env)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

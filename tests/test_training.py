@@ -12,7 +12,7 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, prepare, train
-from tests.helpers import TINY
+from tests.helpers import TINY, TINY_TRAIN
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
 from toksel.paths import processed_dir, results_dir
@@ -20,9 +20,9 @@ from toksel.theory.token_curves import binned_curve
 from toksel.tracking import stage_run
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule, batch_of_rows
-from toksel.training.fit import fit
+from toksel.training.fit import fit, resumable_checkpoint
 
-TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02"]
+TRAIN = TINY_TRAIN
 
 
 @pytest.fixture
@@ -126,3 +126,12 @@ def test_binned_curve_means_stds_and_minimum():
     assert curve.mean_std == pytest.approx(2 / 3)
     assert curve.argmin_centre == pytest.approx(0.25)
     assert curve.relative_spread == pytest.approx((2 / 3) / 5)
+
+
+def test_a_checkpoint_cut_short_is_not_resumed_from(tmp_path):
+    folder = tmp_path / "checkpoints"
+    assert resumable_checkpoint(folder, "fingerprint") is None  # a fresh start marks the folder
+    (folder / "last.ckpt").write_bytes(b"PK\x03\x04 half of a zip")  # as if killed while it was written
+    with pytest.warns(UserWarning, match="cannot be read"):
+        assert resumable_checkpoint(folder, "fingerprint") is None
+    assert not (folder / "last.ckpt").exists() and (folder / "params_hash").read_text() == "fingerprint"

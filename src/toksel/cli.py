@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from toksel.config import Config, describe, load_config
+from toksel.distributed import WorkerFinished
 from toksel.errors import ToksError
 from toksel.tracking import StageRun, stage_run
 
@@ -41,6 +42,8 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         config = load_config(argv)
         with stage_run(stage, config, sections) as run:
             body(config, run)
+    except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
+        return 0
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
         return 2

@@ -110,6 +110,11 @@ class TrainConfig:
     patience: int = bounded(3, ge=1, help="early stopping: epochs without a lower validation loss")
     val_fraction: float = bounded(0.1, gt=0.0, le=0.5, help="share of the train split held out for validation")
     accelerator: str = bounded("auto", choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
+    strategy: str = bounded("auto", choices=("auto", "ddp"),
+                            help="ddp: one process per device (gloo on CPUs, NCCL on GPUs), each training its share "
+                                 "of every batch; needed for devices or num_nodes above 1")
+    devices: int = bounded(1, ge=1, help="processes (CPU) or GPUs per node")
+    num_nodes: int = bounded(1, ge=1, help="machines of a multi-node DDP run (started with torchrun or SLURM)")
     precision: str = bounded("32-true", choices=("32-true", "64-true", "bf16-mixed"), help="Lightning precision")
     bins: int = bounded(20, ge=2, help="equal-width bins of the posterior difference for the token curves")
 
@@ -257,6 +262,10 @@ def _check_consistency(config: Config, prefix: str) -> None:
     if config.datasets and phase.dataset not in config.datasets:
         raise ToksError(f"config error: {prefix}phase.dataset = {phase.dataset!r} is not an entry of `datasets` "
                         f"({', '.join(config.datasets)})")
+    train = config.train
+    if train.devices * train.num_nodes > 1 and train.strategy != "ddp":
+        raise ToksError(f"config error: {prefix}train.devices = {train.devices} x train.num_nodes = "
+                        f"{train.num_nodes} processes need train.strategy=ddp")
     if data.source == "hub" and not data.hub_id:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
 

@@ -6,6 +6,10 @@ stage started by hand gets a parent of its own). Stage runs carry the tags stage
 params_hash, the stage's flattened parameters, its metrics (the same as its metrics.json) and artifacts.
 
 The store is $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project root>/mlflow.db.
+
+A stage killed outright (kill -9, a lost machine) cannot close its run; each run therefore carries its host and
+process, and the next stage to start on that host marks such orphans KILLED. Under DDP only rank 0 holds a run:
+the other processes (distributed.is_worker) log nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import math
 import os
 import resource
+import socket
 import subprocess
 import sys
 import time
@@ -26,12 +31,15 @@ import numpy as np
 import psutil
 
 from toksel.config import Config, params_hash
+from toksel.distributed import is_worker
 from toksel.io import write_json
 from toksel.paths import project_root
+from toksel.processes import Process
 
 EXPERIMENT = "toksel"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
 PARENT_TAG = "mlflow.parentRunId"
+HOST_TAG, PROCESS_TAG = "toksel.host", "toksel.process"  # where a running stage lives: "<pid>-<start time>"
 
 
 def peak_memory_mb() -> float:
@@ -80,8 +88,8 @@ def pipeline_key() -> str:
     process = psutil.Process()
     for ancestor in process.parents():
         if _is_dvc(ancestor):
-            return f"dvc-{ancestor.pid}-{ancestor.create_time():.0f}"
-    return f"process-{process.pid}-{process.create_time():.0f}"
+            return f"dvc-{Process.of(ancestor.pid)}"
+    return f"process-{Process.of(process.pid)}"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -97,7 +105,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
 
-    def __init__(self, client: Any, run_id: str, parent_id: str | None = None) -> None:
+    def __init__(self, client: Any, run_id: str | None, parent_id: str | None = None) -> None:
         self.client, self.run_id, self.parent_id = client, run_id, parent_id
 
     def record_metrics(self, path: Path, metrics: Mapping[str, float], logged: Iterable[str] = ()) -> None:
@@ -176,19 +184,49 @@ def _log_params_file(client: Any, run_id: str) -> None:
         client.log_artifact(run_id, str(params_file))
 
 
+def close_orphaned_runs(client: Any, experiment_id: str) -> list[str]:
+    """Mark KILLED the RUNNING stage runs of this host whose process is gone, and then their parent when no stage
+    of it still runs; returns the stage runs so closed."""
+    host = socket.gethostname()
+    running = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000)
+    orphans = [run for run in running if run.data.tags.get(HOST_TAG) == host and PROCESS_TAG in run.data.tags
+               and not Process.parse(run.data.tags[PROCESS_TAG]).running()]
+    for run in orphans:
+        client.set_terminated(run.info.run_id, "KILLED")
+    still_running = {run.data.tags.get(PARENT_TAG) for run in running if run not in orphans}
+    for parent in {run.data.tags.get(PARENT_TAG) for run in orphans} - still_running - {None}:
+        if client.get_run(parent).info.status == "RUNNING":
+            client.set_terminated(parent, "KILLED")
+    return [run.info.run_id for run in orphans]
+
+
+class _Silent:
+    """A client that drops every call: the MLflow run of a DDP worker process, which rank 0 logs for."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
 @contextmanager
 def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator[StageRun]:
     """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception."""
+    if is_worker():
+        yield StageRun(_Silent(), run_id=None)
+        return
     from mlflow import MlflowClient
     from mlflow.entities import Param
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # keep the store's INFO chatter out of stage output
     client = MlflowClient(tracking_uri())
     experiment_id = _experiment_id(client)
+    for orphan in close_orphaned_runs(client, experiment_id):
+        print(f"{stage}: MLflow run {orphan} was left running by a process that is gone: marked KILLED",
+              file=sys.stderr)
     parent_id = _parent_run(client, experiment_id, pipeline_key())
     resolved = config.sections(sections)
     tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.dataset, "git_sha": git_sha(),
-            "params_hash": params_hash(resolved)}
+            "params_hash": params_hash(resolved), HOST_TAG: socket.gethostname(),
+            PROCESS_TAG: str(Process.current())}
     run_id = client.create_run(experiment_id, run_name=stage, tags=tags).info.run_id
     params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
     for start in range(0, len(params), 100):

@@ -73,8 +73,11 @@ class ClassifierModule(pl.LightningModule):
             loss, accuracy = self.loss_and_accuracy(batch, logits)
             self._log_focus(focus, split)
         on_step = split == "train"
-        self.log(f"{split}_loss", loss, on_step=on_step, on_epoch=True, batch_size=n, prog_bar=on_step)
-        self.log(f"{split}_accuracy", accuracy, on_step=False, on_epoch=True, batch_size=n)
+        # Under DDP a training batch is shared out: average the processes' numbers (validation and test see
+        # every row in every process).
+        self.log(f"{split}_loss", loss, on_step=on_step, on_epoch=True, batch_size=n, prog_bar=on_step,
+                 sync_dist=on_step)
+        self.log(f"{split}_accuracy", accuracy, on_step=False, on_epoch=True, batch_size=n, sync_dist=on_step)
         return loss
 
     def _log_focus(self, focus: Focus, split: str) -> None:

@@ -3,6 +3,9 @@
 The train split is divided (seeded) into train and validation rows; the test split is kept whole. max_train and
 max_test cut either to a seeded subset first (0: all rows). A batch is a dict of tensors (what Lightning moves
 to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
+
+Under DDP every process draws the same batches (same seed) and trains on its strided share of each: the
+averaged gradient is the whole batch's when the batch divides evenly among the processes.
 """
 
 from __future__ import annotations
@@ -59,14 +62,27 @@ class PackedDataModule(pl.LightningDataModule):
         self.setup()
         return self.splits[name]
 
-    def loader(self, name: str, shuffle: bool = False) -> DataLoader:
+    def share(self, chosen: np.ndarray) -> np.ndarray:
+        """This process's rows of a training batch under DDP: every world_size-th; a batch smaller than the
+        number of processes goes whole to each (the average of equal gradients is still the batch's)."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if world == 1 or len(chosen) < world:
+            return chosen
+        return chosen[self.trainer.global_rank::world]
+
+    def loader(self, name: str, shuffle: bool = False, shared: bool = False) -> DataLoader:
+        """Batches of the split `name`; shared: only this DDP process's share of each."""
         split, rows = self.rows(name)
         generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          collate_fn=lambda chosen: batch_of_rows(split, np.asarray(chosen), self.dtype))
+
+        def collate(chosen: list[int]) -> dict[str, torch.Tensor]:
+            chosen = np.asarray(chosen)
+            return batch_of_rows(split, self.share(chosen) if shared else chosen, self.dtype)
+
+        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, generator=generator, collate_fn=collate)
 
     def train_dataloader(self) -> DataLoader:
-        return self.loader("train", shuffle=True)
+        return self.loader("train", shuffle=True, shared=True)
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")

@@ -1,5 +1,12 @@
 """Fitting a classifier (training/classifier.py) with Lightning: early stopping on the validation loss, the best
-and the last checkpoint, resume after an interruption, and metrics into the stage's own MLflow run.
+and the last checkpoint, resume after an interruption, a clear stop when the loss stops being finite, and
+metrics into the stage's own MLflow run.
+
+With train.strategy=ddp, Lightning runs one process per device (train.devices x train.num_nodes); each
+trains on its share of every batch (training/data.py) and DDP averages the gradients, which for equal shares is
+the gradient of the whole batch: the fit matches one process's. Every process validates and tests on all rows,
+so early stopping and the best checkpoint agree everywhere. The workers end after the test; rank 0 goes on
+to the outputs and the MLflow run.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import MLFlowLogger
 
 from toksel.config import TrainConfig
+from toksel.distributed import WorkerFinished, is_worker
+from toksel.errors import ToksError
 from toksel.tracking import StageRun, experiment_name, tracking_uri
 from toksel.training.classifier import ClassifierModule
 from toksel.training.data import PackedDataModule
@@ -60,15 +69,40 @@ class FitResult:
     fitted: dict[str, float]  # best_train_loss, ..._accuracy, best_val_...: the best model on the whole splits
 
 
-def resumable_checkpoint(folder: Path, fingerprint: str) -> Path | None:
-    """`last.ckpt` of an interrupted run with the same fingerprint, or None; stale checkpoints are removed."""
-    marker = folder / FINGERPRINT
-    if marker.exists() and marker.read_text() == fingerprint and (folder / "last.ckpt").exists():
-        return folder / "last.ckpt"
+@dataclass(frozen=True)
+class Resume:
+    checkpoint: Path  # last.ckpt of the interrupted fit
+    epoch: int  # the first epoch still to train
+
+
+def resumable_checkpoint(folder: Path, fingerprint: str) -> Resume | None:
+    """Where an interrupted fit with the same fingerprint stopped, or None; stale checkpoints are removed, and
+    so is one that cannot be read (a kill while it was being written). DDP workers leave the folder to rank 0."""
+    marker, last = folder / FINGERPRINT, folder / "last.ckpt"
+    if is_worker():  # resumes what rank 0 resumes; its epoch is rank 0's to report
+        return Resume(last, -1) if last.exists() else None
+    if marker.exists() and marker.read_text() == fingerprint and last.exists():
+        try:
+            return Resume(last, int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1)
+        except Exception as error:  # noqa: BLE001 (whatever makes it unreadable: start afresh)
+            warnings.warn(f"{last} cannot be read ({type(error).__name__}): training starts afresh", stacklevel=2)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     marker.write_text(fingerprint)
     return None
+
+
+class StopOnNonFiniteLoss(pl.Callback):
+    """Stop with a clear error once a training loss is NaN or infinite (every DDP process at the same step)."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, outputs: object, batch: object,
+                           batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss.detach()).all()), all=True):
+            return
+        raise ToksError(f"training diverged: the loss became {float(loss)} at epoch {trainer.current_epoch}, step "
+                        f"{trainer.global_step} (lr {module.lr}): lower the learning rate (train.lr or "
+                        "train.frozen_lr)")
 
 
 def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
@@ -84,24 +118,28 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     resume = resumable_checkpoint(checkpoints, fingerprint)
     best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val_loss", save_last=True)
     trainer = pl.Trainer(
-        max_epochs=settings.max_epochs, accelerator=settings.accelerator, devices=1, precision=settings.precision,
+        max_epochs=settings.max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
+        devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
+        use_distributed_sampler=False,  # the data module shares each batch out itself
         logger=StageLogger(experiment_name=experiment_name(), tracking_uri=tracking_uri(), run_id=run.run_id),
-        callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), *callbacks],
+        callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
+                   *callbacks],
         enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints,
     )
-    resumed_from = None
-    if resume is not None:
-        resumed_from = int(torch.load(resume, map_location="cpu", weights_only=False)["epoch"]) + 1
     with warnings.catch_warnings():
         # A tiny split gives fewer batches than log_every_n_steps, and the loaders run in the main process
         # on purpose (the batches are cut from arrays already in memory).
-        # The checkpoint folder holds the parameters' fingerprint, so it is never empty.
+        # The checkpoint folder holds the parameters' fingerprint, so it is never empty. Under DDP every process
+        # validates and tests on every row, so those numbers need no syncing.
         warnings.filterwarnings("ignore", message=".*(log_every_n_steps|does not have many workers|exists and is "
-                                                  "not empty|LeafSpec).*")  # LeafSpec: Lightning on torch 2.13
-        trainer.fit(module, datamodule=data, ckpt_path=resume)
+                                                  "not empty|LeafSpec|epoch level in distributed setting).*")
+        # LeafSpec: Lightning on torch 2.13
+        trainer.fit(module, datamodule=data, ckpt_path=None if resume is None else resume.checkpoint)
         tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
-    return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=resumed_from,
+    if trainer.global_rank != 0:
+        raise WorkerFinished
+    return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=None if resume is None else resume.epoch,
                      seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
                      fitted={f"best_{name}_{kind}": value for name in ("train", "val")
                              for kind, value in _full_pass(module, data, name).items()})

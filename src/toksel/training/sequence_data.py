@@ -100,11 +100,12 @@ class SequenceDataModule(PackedDataModule):
             pads, slots = pads + int((~batch["mask"]).sum()), slots + batch["mask"].numel()
         return pads / slots
 
-    def loader(self, name: str, shuffle: bool = False) -> DataLoader:
+    def loader(self, name: str, shuffle: bool = False, shared: bool = False) -> DataLoader:
         split, rows = self.rows(name)
 
         def collate(positions: list[int]) -> dict[str, torch.Tensor]:
-            return padded_batch(split, rows[np.asarray(positions)], self.max_len)
+            positions = np.asarray(positions)
+            return padded_batch(split, rows[self.share(positions) if shared else positions], self.max_len)
 
         if shuffle and self.bucketed:
             sampler = LengthBuckets(kept_lengths(split, self.max_len)[rows], self.batch_size, self.seed)

@@ -1,0 +1,65 @@
+"""Lightning DDP on two CPU processes (gloo): the same fit as one process, and one MLflow run."""
+
+import json
+import math
+
+import pytest
+from mlflow import MlflowClient
+
+from pipelines import one_step, prepare, train
+from tests.helpers import TINY, TINY_TRAIN, run_stage_process
+from toksel.config import load_config
+from toksel.errors import ToksError
+
+TIMING = {"seconds", "peak_memory_mb"}
+
+
+@pytest.fixture
+def prepared(project):
+    for stage in (prepare, one_step):
+        assert stage.main(TINY) == 0
+    return project
+
+
+# batch 16 and 72 training rows: every batch splits evenly between two processes, the last (8 rows) too
+SETTINGS = [*TINY, *TINY_TRAIN, "train.accelerator=cpu"]
+
+
+def _metrics(project) -> dict[str, float | None]:
+    return json.loads((project / "results" / "train" / "synthetic" / "trained" / "metrics.json").read_text())
+
+
+def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
+    assert train.main(SETTINGS) == 0
+    single = _metrics(prepared)
+    # Lightning's ddp starts the other process by running the stage's command again: a process of its own here.
+    done = run_stage_process("train", [*SETTINGS, "train.strategy=ddp", "train.devices=2"], prepared,
+                             TOKSEL_PIPELINE_ID="ddp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    distributed = _metrics(prepared)
+    assert single.keys() == distributed.keys()
+    assert distributed["epochs"] == single["epochs"] == 6
+    for name in single.keys() - TIMING:  # float32 sums in another order: equal to rounding
+        if single[name] is None:
+            assert distributed[name] is None, name
+        else:
+            assert math.isclose(distributed[name], single[name], rel_tol=1e-4, abs_tol=1e-9), name
+    assert distributed["test_accuracy"] == single["test_accuracy"]
+
+    client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
+                              filter_string="tags.stage = 'train'")
+    parents = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
+    assert len(runs) == 2 and len(parents) == 2  # one run per training, the two-process one included
+    ddp_parents = client.search_runs([runs[0].info.experiment_id], filter_string="tags.`toksel.pipeline_key` = 'ddp'")
+    assert len(ddp_parents) == 1
+    ddp_run = parents[ddp_parents[0].info.run_id]
+    assert ddp_run.info.status == "FINISHED" and ddp_run.data.params["train.devices"] == "2"
+    assert ddp_run.data.metrics["test_accuracy"] == pytest.approx(distributed["test_accuracy"])
+    assert len(client.get_metric_history(ddp_run.info.run_id, "train_loss_epoch")) == 6  # rank 0 logged, once
+
+
+def test_more_than_one_process_needs_the_ddp_strategy(project):
+    with pytest.raises(ToksError, match="need train.strategy=ddp"):
+        load_config(["train.devices=2"])
+    assert load_config(["train.devices=2", "train.strategy=ddp"]).train.devices == 2

@@ -1,0 +1,147 @@
+"""Faults: a stage killed outright (kill -9) reruns to completion, with no half-written output and no MLflow run
+left RUNNING, and a killed training resumes from its last checkpoint; two stages write to one sqlite store at
+once; a training whose loss stops being finite stops with a clear error; the same seed gives the same metrics."""
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from pipelines import gradient_flow, one_step, prepare, train
+from tests.helpers import ROOT, TINY, TINY_TRAIN, run_stage_process, start_stage
+
+TIMING = {"seconds", "peak_memory_mb"}
+LONG_FLOW = [*TINY, "gradient_flow.steps=30000", "gradient_flow.log_every=1000"]  # seconds of GD
+
+
+@pytest.fixture
+def prepared(project):
+    for stage in (prepare, one_step):
+        assert stage.main(TINY) == 0
+    return project
+
+
+def _client(project: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+
+
+def _runs(project: Path, stage: str) -> list:
+    client = _client(project)
+    return client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
+                              filter_string=f"tags.stage = '{stage}'", order_by=["attributes.start_time ASC"])
+
+
+def _wait_until(condition: Callable[[], bool], process, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, f"the stage ended first ({process.returncode}): {process.stderr.read()}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _assert_whole(folder: Path) -> None:
+    """Every file in `folder` reads back in full: no temporary file, no truncated output."""
+    for path in folder.rglob("*") if folder.exists() else ():
+        assert ".tmp-" not in path.name, path
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".npz":
+            with np.load(path) as arrays:
+                [arrays[name] for name in arrays.files]
+        elif path.suffix == ".csv":
+            pd.read_csv(path)
+
+
+def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(prepared):
+    process = start_stage("gradient_flow", LONG_FLOW, prepared)
+    _wait_until(lambda: [run for run in _runs(prepared, "gradient_flow") if run.info.status == "RUNNING"], process)
+    time.sleep(0.3)  # into the descent
+    process.kill()  # SIGKILL: nothing in the stage runs after this
+    process.wait()
+    outputs = prepared / "results" / "gradient_flow" / "synthetic"
+    _assert_whole(outputs)
+    assert [run.info.status for run in _runs(prepared, "gradient_flow")] == ["RUNNING"]  # what kill -9 leaves
+
+    rerun = run_stage_process("gradient_flow", LONG_FLOW, prepared)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "marked KILLED" in rerun.stderr
+    _assert_whole(outputs)
+    assert json.loads((outputs / "metrics.json").read_text())["loss"] >= 0
+    killed, finished = _runs(prepared, "gradient_flow")
+    assert (killed.info.status, finished.info.status) == ("KILLED", "FINISHED")
+    parent = _client(prepared).get_run(finished.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FINISHED"
+
+
+def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
+    args = [*TINY, *TINY_TRAIN, "train.max_epochs=10", "train.patience=10"]
+    last = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "last.ckpt"
+    process = start_stage("train", args, prepared)
+    _wait_until(last.exists, process)
+    process.kill()
+    process.wait()
+    _assert_whole(prepared / "results" / "train")
+
+    rerun = run_stage_process("train", args, prepared)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    metrics = json.loads((prepared / "results" / "train" / "synthetic" / "trained" / "metrics.json").read_text())
+    assert metrics["resumed_from_epoch"] >= 1 and metrics["epochs"] == 10
+    assert not last.exists()  # finished: nothing left to resume
+    assert [run.info.status for run in _runs(prepared, "train")] == ["KILLED", "FINISHED"]
+
+
+def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, tmp_path):
+    second = tmp_path / "second"
+    second.mkdir()
+    for name in ("params.yaml", "data", "results"):  # the same inputs, another project folder
+        (shutil.copytree if (prepared / name).is_dir() else shutil.copy)(prepared / name, second / name)
+    args = [*TINY, "gradient_flow.steps=5000", "gradient_flow.log_every=5"]  # 1,001 points per curve
+    processes = [start_stage("gradient_flow", args, folder, TOKSEL_PIPELINE_ID=f"concurrent-{i}")
+                 for i, folder in enumerate((prepared, second))]
+    for process in processes:
+        assert process.wait(timeout=300) == 0, process.stderr.read()[-3000:]
+    runs = _runs(prepared, "gradient_flow")
+    assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
+    client = _client(prepared)
+    run_of_parent = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
+    for i, folder in enumerate((prepared, second)):
+        parent = client.search_runs([runs[0].info.experiment_id],
+                                    filter_string=f"tags.`toksel.pipeline_key` = 'concurrent-{i}'")[0]
+        run = run_of_parent[parent.info.run_id]
+        history = pd.read_csv(folder / "results" / "gradient_flow" / "synthetic" / "history.csv")
+        for name in ("loss", "p_norm", "selection_fraction"):
+            logged = client.get_metric_history(run.info.run_id, name)
+            assert len(logged) == len(history) == 1001, name
+            assert np.allclose([point.value for point in sorted(logged, key=lambda point: point.step)],
+                               history[name].to_numpy())
+
+
+def test_a_training_whose_loss_overflows_stops_with_a_clear_error(prepared, capsys):
+    assert train.main([*TINY, *TINY_TRAIN, "train.lr=1e30"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("train: training diverged: the loss became nan at epoch 0") and "lower" in error
+    assert not (prepared / "results" / "train" / "synthetic" / "trained" / "metrics.json").exists()
+    assert [run.info.status for run in _runs(prepared, "train")] == ["FAILED"]
+
+
+def test_the_same_seed_gives_the_same_metrics_on_the_cpu(tmp_path, monkeypatch):
+    metrics = []
+    for attempt in ("first", "second"):
+        folder = tmp_path / attempt
+        folder.mkdir()
+        shutil.copy(ROOT / "params.yaml", folder / "params.yaml")
+        monkeypatch.chdir(folder)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+        for stage, args in ((prepare, TINY), (one_step, TINY), (gradient_flow, TINY), (train, [*TINY, *TINY_TRAIN])):
+            assert stage.main(args) == 0
+        metrics.append({path.relative_to(folder).as_posix(): {name: value for name, value in
+                                                              json.loads(path.read_text()).items()
+                                                              if name not in TIMING}
+                        for path in sorted((folder / "results").rglob("metrics.json"))})
+    assert len(metrics[0]) == 4 and metrics[0] == metrics[1]
