@@ -38,10 +38,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -202,20 +203,27 @@ def _wait_for_postgres(cluster: Path, process: subprocess.Popen, log: Path, time
     raise TeamServerError(f"PostgreSQL did not get ready within {timeout:.0f} s; {log}:\n{_log_tail(log)}")
 
 
+def _launch(command: list[str], log: Path, wait_until_ready: Callable[[subprocess.Popen], None],
+            stop_signal: signal.Signals, **popen: Any) -> subprocess.Popen:
+    """Start `command` with its output appended to `log`, wait until it is ready, and stop it again if it never
+    gets there. A session of its own: Ctrl-C on the terminal reaches us, and we stop both servers in order."""
+    with log.open("ab") as output:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True, **popen)
+    try:
+        wait_until_ready(process)
+    except BaseException:
+        _stop_child(process, stop_signal)
+        raise
+    return process
+
+
 def _start_postgres(binaries: PostgresBinaries, cluster: Path, port: int, log: Path, run_as: _RunAs,
                     timeout: float) -> subprocess.Popen:
     command = [str(binaries.postgres), "-D", str(cluster), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
                "-c", f"unix_socket_directories={cluster}"]
-    with log.open("ab") as output:
-        # A session of its own: Ctrl-C on the terminal reaches us, and we stop PostgreSQL in order.
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                   cwd="/", start_new_session=True, **run_as.kwargs())
-    try:
-        _wait_for_postgres(cluster, process, log, timeout)
-    except BaseException:
-        _stop_child(process, signal.SIGINT)
-        raise
-    return process
+    return _launch(command, log, lambda process: _wait_for_postgres(cluster, process, log, timeout), signal.SIGINT,
+                   cwd="/", **run_as.kwargs())
 
 
 def _prepare_database(binaries: PostgresBinaries, cluster: Path, port: int, run_as: _RunAs) -> str:
@@ -257,15 +265,8 @@ def _start_mlflow(port: int, postgres_port: int, password: str, artifacts: Path,
     # One worker and no job runner: 2 processes and about 490 MB instead of 14 and 2.8 GB (toolchain.md).
     # libpq reads the password from PGPASSWORD: it stays out of `ps`.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PGPASSWORD": password}
-    with log.open("ab") as output:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                   env=env, start_new_session=True)
-    try:
-        _wait_for_mlflow(port, process, log, timeout)
-    except BaseException:
-        _stop_child(process, signal.SIGTERM)
-        raise
-    return process
+    return _launch(command, log, lambda process: _wait_for_mlflow(port, process, log, timeout), signal.SIGTERM,
+                   env=env)
 
 
 def read_state(folder: Path) -> TeamServer | None:
