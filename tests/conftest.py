@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, TINY
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -24,3 +24,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
     return tmp_path
+
+
+@pytest.fixture
+def prepared(project: Path) -> Path:
+    """The project after the tiny synthetic data's prepare and one_step stages."""
+    from pipelines import one_step, prepare  # here, not at the top: most test modules need neither
+
+    for stage in (prepare, one_step):
+        assert stage.main(TINY) == 0
+    return project

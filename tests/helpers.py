@@ -14,6 +14,9 @@ TINY = [
     "model.d=256", "one_step.eta0=40", "gradient_flow.steps=300", "gradient_flow.log_every=50",
 ]
 
+# Metrics that measure the run, not the result: they differ between two runs of the same thing.
+TIMING_METRICS = {"seconds", "peak_memory_mb"}
+
 # Training settings a tiny fit completes under in a few seconds.
 TINY_TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02"]
 

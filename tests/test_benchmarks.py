@@ -7,7 +7,6 @@ from benchmarks import training
 from benchmarks.dense import bag_gradients, dense_gradients, length_batches
 from benchmarks.gradient_flow_rate import entry_floor
 from benchmarks.timing import timed
-from pipelines import one_step, prepare
 from tests.helpers import TINY
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
@@ -51,9 +50,7 @@ def test_the_timer_keeps_the_first_result_and_one_mean_per_run():
     assert len(timing.seconds) == 3 and timing.median == sorted(timing.seconds)[1]
 
 
-def test_lightning_throughput_counts_the_steps_reviews_and_padding_of_its_windows(project):
-    for module in (prepare, one_step):
-        assert module.main(TINY) == 0
+def test_lightning_throughput_counts_the_steps_reviews_and_padding_of_its_windows(prepared):
     config = load_config(TINY)
     bags = training.one_layer_step(config, "synthetic", windows=2, steps=2)
     assert bags.windows == 2 and bags.steps_per_second > 0

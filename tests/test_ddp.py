@@ -6,20 +6,10 @@ import math
 import pytest
 from mlflow import MlflowClient
 
-from pipelines import one_step, prepare, train
-from tests.helpers import TINY, TINY_TRAIN, run_stage_process
+from pipelines import train
+from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process
 from toksel.config import load_config
 from toksel.errors import ToksError
-
-TIMING = {"seconds", "peak_memory_mb"}
-
-
-@pytest.fixture
-def prepared(project):
-    for stage in (prepare, one_step):
-        assert stage.main(TINY) == 0
-    return project
-
 
 # batch 16 and 72 training rows: every batch splits evenly between two processes, the last (8 rows) too
 SETTINGS = [*TINY, *TINY_TRAIN, "train.accelerator=cpu"]
@@ -39,7 +29,7 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     distributed = _metrics(prepared)
     assert single.keys() == distributed.keys()
     assert distributed["epochs"] == single["epochs"] == 6
-    for name in single.keys() - TIMING:  # float32 sums in another order: equal to rounding
+    for name in single.keys() - TIMING_METRICS:  # float32 sums in another order: equal to rounding
         if single[name] is None:
             assert distributed[name] is None, name
         else:

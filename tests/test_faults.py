@@ -10,21 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 from mlflow import MlflowClient
 
 from pipelines import gradient_flow, one_step, prepare, train
-from tests.helpers import ROOT, TINY, TINY_TRAIN, run_stage_process, start_stage
+from tests.helpers import ROOT, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, start_stage
 
-TIMING = {"seconds", "peak_memory_mb"}
 LONG_FLOW = [*TINY, "gradient_flow.steps=30000", "gradient_flow.log_every=1000"]  # seconds of GD
-
-
-@pytest.fixture
-def prepared(project):
-    for stage in (prepare, one_step):
-        assert stage.main(TINY) == 0
-    return project
 
 
 def _client(project: Path) -> MlflowClient:
@@ -142,6 +133,6 @@ def test_the_same_seed_gives_the_same_metrics_on_the_cpu(tmp_path, monkeypatch):
             assert stage.main(args) == 0
         metrics.append({path.relative_to(folder).as_posix(): {name: value for name, value in
                                                               json.loads(path.read_text()).items()
-                                                              if name not in TIMING}
+                                                              if name not in TIMING_METRICS}
                         for path in sorted((folder / "results").rglob("metrics.json"))})
     assert len(metrics[0]) == 4 and metrics[0] == metrics[1]

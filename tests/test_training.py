@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from mlflow import MlflowClient
 
-from pipelines import evaluate, gradient_flow, one_step, prepare, train
+from pipelines import evaluate, gradient_flow, train
 from tests.helpers import TINY, TINY_TRAIN
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
@@ -23,13 +23,6 @@ from toksel.training.data import PackedDataModule, batch_of_rows
 from toksel.training.fit import fit, resumable_checkpoint
 
 TRAIN = TINY_TRAIN
-
-
-@pytest.fixture
-def prepared(project):
-    for stage in (prepare, one_step):
-        assert stage.main(TINY) == 0
-    return project
 
 
 def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):

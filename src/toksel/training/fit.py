@@ -77,15 +77,16 @@ class Resume:
 
 def resumable_checkpoint(folder: Path, fingerprint: str) -> Resume | None:
     """Where an interrupted fit with the same fingerprint stopped, or None; stale checkpoints are removed, and
-    so is one that cannot be read (a kill while it was being written). DDP workers leave the folder to rank 0."""
+    so is one that cannot be read (a kill while it was being written). DDP workers start after rank 0 has
+    sorted the folder out, and leave it as they find it."""
     marker, last = folder / FINGERPRINT, folder / "last.ckpt"
-    if is_worker():  # resumes what rank 0 resumes; its epoch is rank 0's to report
-        return Resume(last, -1) if last.exists() else None
     if marker.exists() and marker.read_text() == fingerprint and last.exists():
         try:
             return Resume(last, int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1)
         except Exception as error:  # noqa: BLE001 (whatever makes it unreadable: start afresh)
             warnings.warn(f"{last} cannot be read ({type(error).__name__}): training starts afresh", stacklevel=2)
+    if is_worker():
+        return None
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     marker.write_text(fingerprint)
