@@ -152,7 +152,7 @@ def gradient_flow_stage(repeats: int) -> list[str]:
 
 def prepare_throughput(repeats: int) -> list[str]:
     config = load_config([f"dataset={DATASET}"])
-    prepare = timed(lambda: prepare_text(DATASET, config.data, config.base.seed), repeats)
+    prepare = timed(lambda: prepare_text(DATASET, config.data, config.base.data_seed), repeats)
     median, splits = prepare.median, prepare.result.splits.values()
     reviews = sum(split.n for split in splits)
     tokens = sum(int(split.lengths.sum()) for split in splits)

@@ -87,7 +87,7 @@ def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Th
     E, p, v = (torch.tensor(start[name], dtype=dtype) for name in ("E0", "p0", "v"))
     module = BagClassifier(E, p, v, torch.tensor(tokens["important"].to_numpy(dtype=bool)), train_embeddings=True,
                            optimizer=settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay)
-    data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.base.seed,
+    data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.seed,
                             dtype)
     return measure(module, data, windows, steps, settings.precision)
 
@@ -97,11 +97,11 @@ def two_layer_step(config: Config, dataset: str, bucketed: bool, max_len: int | 
     """The `ablation` stage's two-layer model at the CPU profile's d, reviews cut to `max_len` tokens."""
     settings, scale = config.train, config.sequence.cpu
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
-    init = initialise(len(tokens), scale.d, config.base.seed, parameter_dtype(settings.precision),
+    init = initialise(len(tokens), scale.d, config.seed, parameter_dtype(settings.precision),
                       num_classes(tokens))
-    model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS["two_layer"], seed=config.base.seed)
+    model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS["two_layer"], seed=config.seed)
     module = SequenceModule(model, torch.tensor(tokens["important"].to_numpy(dtype=bool)), settings.optimizer,
                             settings.lr, settings.weight_decay)
     data = SequenceDataModule(processed_dir(dataset), config.sequence.batch_size, settings.val_fraction,
-                              config.base.seed, bucketed, max_len, scale.max_train, scale.max_test)
+                              config.seed, bucketed, max_len, scale.max_train, scale.max_test)
     return measure(module, data, windows, steps, settings.precision)

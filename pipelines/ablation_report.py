@@ -1,9 +1,11 @@
-"""Stage `ablation_report`: the model variants side by side, and our binned curves against the rebuttal's tables.
+"""Stage `ablation_report`: the ablation claims measured over every seed, the model variants side by side, and our
+binned curves set against the rebuttal's tables.
 
-Reads the ablation runs of every dataset in ablation.datasets and, for the 4-class tables, the trained
-one-layer model of ablation.multiclass (train@<it>-trained) with its one-step slopes per class. Writes
-results/ablation_report/: summary.md, comparison.csv (one row per table and run), metrics.json and
-rebuttal_tables.png (every table with our curves, each standardised).
+Reads the ablation runs of every dataset in ablation.datasets (every seed), the one-layer model's trained arm
+of the same datasets (the control of the not-monotone claim) and, for the 4-class tables, the trained arm of
+ablation.multiclass with its one-step slopes per class. Writes results/ablation_report/: claims.json (the
+measurements the report judges), summary.md, comparison.csv (one row per table, run and seed), metrics.json
+and rebuttal_tables.png (every table with our first seed's curves, each standardised).
 """
 
 from __future__ import annotations
@@ -12,71 +14,96 @@ import sys
 
 import pandas as pd
 
+from toksel.claims import BY_ID, CLAIMS, assess, measure
 from toksel.cli import run_stage
 from toksel.comparison import variants_comparison
 from toksel.config import Config
-from toksel.io import read_json, require_output, write_csv, write_text
-from toksel.paths import results_dir
+from toksel.io import read_json, require_output, write_csv, write_json, write_text
+from toksel.measurements import seed_metrics
+from toksel.paths import results_dir, seed_dir
 from toksel.plots import rebuttal_figure, save_figure
 from toksel.rebuttal import compare_with_tables
+from toksel.report import Row, markdown_table
 from toksel.tracking import StageRun
 
-SECTIONS = ("ablation",)
+SECTIONS = ("base.seeds", "ablation", "sequence", "report")
 OUT = results_dir("ablation_report", "")
 
 
-def _run(stage: str, run_name: str) -> tuple[dict, pd.DataFrame]:
-    folder = results_dir(stage, run_name)
-    metrics = read_json(require_output(folder / "metrics.json", producer=stage))
-    return metrics, pd.read_csv(require_output(folder / "bins.csv", producer=stage))
+def _bins(folder, seed: int) -> pd.DataFrame:
+    return pd.read_csv(require_output(seed_dir(folder, seed) / "bins.csv", producer=folder.parts[1]))
 
 
 def ablation_report(config: Config, run: StageRun) -> None:
-    settings = config.ablation
-    runs = {(dataset, variant): _run("ablation", f"{dataset}/{variant}")
-            for dataset in settings.datasets for variant in settings.variants}
-    multiclass = _run("train", f"{settings.multiclass}/trained")
-    one_step = read_json(require_output(results_dir("one_step", settings.multiclass) / "metrics.json", "one_step"))
+    settings, seeds = config.ablation, config.base.seeds
+    variants = {(dataset, variant): seed_metrics(results_dir("ablation", f"{dataset}/{variant}"), seeds)
+                for dataset in settings.datasets for variant in settings.variants}
+    for (dataset, variant), by_seed in variants.items():
+        for seed, metrics in by_seed.items():
+            if not metrics:
+                require_output(seed_dir(results_dir("ablation", f"{dataset}/{variant}"), seed) / "metrics.json",
+                               f"ablation@{dataset}-{variant}-{seed}")
+    one_layer = {dataset: seed_metrics(results_dir("train", f"{dataset}/trained"), seeds)
+                 for dataset in settings.datasets}
+    measurements = []
+    for dataset in settings.datasets:
+        runs = {seed: {variant: variants[dataset, variant][seed] for variant in settings.variants}
+                | {"one_layer_trained": one_layer[dataset][seed]} for seed in seeds}
+        measurements += [measure(claim, dataset, runs) for claim in CLAIMS if claim.producer == "ablation_report"]
+    write_json(OUT / "claims.json", [item.as_record() for item in measurements])
 
-    bins_by_run = {(dataset, variant): bins for (dataset, variant), (_, bins) in runs.items()}
-    bins_by_run[settings.multiclass, "multiclass"] = multiclass[1]
-    comparison, curves = compare_with_tables(bins_by_run, settings.min_spearman)
+    multiclass = results_dir("train", f"{settings.multiclass}/trained")
+    rows, curves = [], []
+    for seed in seeds:
+        bins_by_run = {(dataset, variant): _bins(results_dir("ablation", f"{dataset}/{variant}"), seed)
+                       for dataset, variant in variants}
+        bins_by_run[settings.multiclass, "multiclass"] = _bins(multiclass, seed)
+        comparison, seed_curves = compare_with_tables(bins_by_run, settings.min_spearman)
+        rows.append(comparison.assign(seed=seed))
+        curves = curves or seed_curves  # the figure shows the first seed's
+    comparison = pd.concat(rows, ignore_index=True)
     write_csv(OUT / "comparison.csv", comparison)
     save_figure(rebuttal_figure(curves), OUT / "rebuttal_tables.png")
     run.log_artifact(OUT / "rebuttal_tables.png", "figures")
-    write_text(OUT / "summary.md", _summary(config, runs, comparison, one_step))
+    one_step = read_json(require_output(seed_dir(results_dir("one_step", settings.multiclass), seeds[0])
+                                        / "metrics.json", "one_step"))
+    assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
+    write_text(OUT / "summary.md", _summary(config, variants, assessed, comparison, one_step))
     run.log_artifact(OUT / "summary.md")
-    metrics = {f"spearman_{row.table}_{row.dataset}": row.spearman for row in comparison.itertuples()}
-    metrics |= {f"min_x_{row.table}_{row.dataset}": row.our_min_x for row in comparison.itertuples()
-                if row.table.endswith("_p")}
-    metrics |= {f"accuracy_{variant}_{dataset}": run_metrics["test_accuracy"]
-                for (dataset, variant), (run_metrics, _) in runs.items()}
-    metrics |= {"tables_agreeing": float(comparison["agrees"].sum()), "tables_compared": float(len(comparison))}
+    mean = comparison.groupby(["table", "dataset"])["spearman"].mean()
+    metrics = {f"spearman_{table}_{dataset}": value for (table, dataset), value in mean.items()}
+    metrics |= {f"{item.claim.id}_{item.measurement.data}": item.interval.mean for item in assessed}
+    metrics |= {"claims_held": float(sum(item.verdict == "holds" for item in assessed)),
+                "claims_total": float(len(assessed))}
     run.record_metrics(OUT / "metrics.json", metrics)
 
 
-def _summary(config: Config, runs: dict, comparison: pd.DataFrame, one_step: dict) -> str:
+def _summary(config: Config, variants: dict, assessed: list, comparison: pd.DataFrame, one_step: dict) -> str:
     settings, scale = config.ablation, config.sequence.profile
     parts = [f"# Architecture ablations (sequence.scale {config.sequence.scale}: d {scale.d}, first "
-             f"{scale.max_len or 'all'} tokens, up to {scale.max_train or 'all'} training reviews)", ""]
+             f"{scale.max_len or 'all'} tokens, up to {scale.max_train or 'all'} training reviews; seeds "
+             f"{', '.join(map(str, config.base.seeds))})", "", "## The claims", "",
+             *markdown_table([Row(item, item.measurement.data, "ablation_report") for item in assessed]), ""]
     for dataset in settings.datasets:
-        parts += [f"## {dataset}", "", variants_comparison({variant: runs[dataset, variant][0]
-                                                            for variant in settings.variants}), ""]
-    parts += ["## Against the rebuttal's tables", "",
-              "Spearman of our bin means, read at the table's x (each axis over its largest \\|x\\|; only the "
-              "table's bins inside the range of ours), with the table's; the x of the lowest bin (ours, theirs). "
-              f"A curve agrees when Spearman >= {settings.min_spearman}.", "",
-              "| table | run | Spearman | bins compared | lowest bin x: ours / theirs | agrees |",
-              "|---|---|---|---|---|---|"]
-    for row in comparison.itertuples():
-        parts.append(f"| {row.title} | {row.dataset} {row.model} | {row.spearman:.3f} | {row.bins_compared} | "
-                     f"{row.our_min_x:.3f} / {row.their_min_x:.3f} | {'yes' if row.agrees else 'no'} |")
+        parts += [f"## {dataset} (mean +- std over the seeds)", "", variants_comparison(
+            {variant: list(variants[dataset, variant].values()) for variant in settings.variants}), ""]
+    table = comparison.groupby(["title", "dataset", "model"], sort=False).agg(
+        spearman=("spearman", "mean"), low=("spearman", "min"), high=("spearman", "max"),
+        bins=("bins_compared", "mean"), our_min_x=("our_min_x", "mean"), their_min_x=("their_min_x", "first"))
+    parts += ["## Against the rebuttal's tables (described, not judged)", "",
+              "Spearman of our bin means, read at the table's x (only the table's bins inside the range of our kept "
+              "bins), with the table's, over the seeds; the x of the lowest bin (ours, theirs).", "",
+              "| table | run | Spearman: mean (min, max) | bins compared | lowest bin x: ours / theirs |",
+              "|---|---|---|---|---|"]
+    for (title, dataset, model), row in table.iterrows():
+        parts.append(f"| {title} | {dataset} {model} | {row.spearman:.3f} ({row.low:.3f}, {row.high:.3f}) | "
+                     f"{row.bins:.0f} | {row.our_min_x:.3f} / {row.their_min_x:.3f} |")
     classes = sorted(int(key.rsplit("_", 1)[1]) for key in one_step if key.startswith("slope_class_"))
     if not classes:
         return "\n".join([*parts, "", f"{settings.multiclass} has two classes: no multi-class comparison."]) + "\n"
-    parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes): the rebuttal's formula per class",
-              "", f"Theory: slope eta0 = {one_step['slope_theory']:.4g} for every class.", "",
-              "| class | slope | Pearson r |", "|---|---|---|"]
+    parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes, seed {config.base.seeds[0]}): the "
+              "rebuttal's formula per class", "", f"Theory: slope eta0 = {one_step['slope_theory']:.4g} for every "
+              "class.", "", "| class | slope | Pearson r |", "|---|---|---|"]
     parts += [f"| {k} | {one_step[f'slope_class_{k}']:.4g} | {one_step[f'pearson_r_class_{k}']:.5f} |"
               for k in classes]
     return "\n".join(parts) + "\n"

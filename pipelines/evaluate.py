@@ -1,4 +1,5 @@
-"""Stage `evaluate`: figures, the theory checks against their thresholds, and a Markdown summary."""
+"""Stage `evaluate`: one dataset's claims measured over every seed (claims.json, judged in summary.md), the
+figures of its first seed, its top tokens, and its training arms side by side."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import sys
 import numpy as np
 import pandas as pd
 
-from toksel.checks import summary_markdown, theory_checks
+from toksel.claims import BY_ID, assess
 from toksel.cli import run_stage
 from toksel.comparison import training_comparison
 from toksel.config import EMBEDDINGS, Config
 from toksel.data.token_table import importance, num_classes, occurring, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
-from toksel.paths import processed_dir, results_dir
+from toksel.measurements import dataset_measurements, dataset_runs
+from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.plots import (
     gradient_flow_figure,
     multiclass_one_step_figure,
@@ -22,13 +24,11 @@ from toksel.plots import (
     save_figure,
     token_scores_figure,
 )
+from toksel.report import Row, markdown_table
 from toksel.tracking import StageRun
+from toksel.training.record import curve_settings
 
-SECTIONS = ("data", "one_step", "evaluate")
-
-
-def _metrics(stage: str, dataset: str) -> dict:
-    return read_json(require_output(results_dir(stage, dataset) / "metrics.json", producer=stage))
+SECTIONS = ("base.seeds", "data", "train", "evaluate", "report")
 
 
 def top_tokens(scores: pd.DataFrame, num_classes: int, count: int = 12) -> dict[str, list[str]]:
@@ -58,33 +58,44 @@ def token_scores(tokens: pd.DataFrame, embeddings: dict, p_final: np.ndarray, nu
     return tokens[["token", "word"]].assign(**columns)
 
 
-def one_step_notes(one_step: dict, num_classes: int) -> list[str]:
-    if num_classes == 2:
-        return []
-    per_class = ", ".join(f"class {k}: slope {one_step[f'slope_class_{k}']:.4g}, "
-                          f"r {one_step[f'pearson_r_class_{k}']:.5f}" for k in range(num_classes))
-    return [f"One step, K = {num_classes} classes, along each v_k against the class-k signed frequency (theory "
-            f"slope eta0 = {one_step['slope_theory']:.4g}): {per_class}."]
+def _mean(runs: dict, run: str, metric: str) -> float | None:
+    values = [seed[run][metric] for seed in runs.values() if isinstance(seed.get(run, {}).get(metric), int | float)]
+    return float(np.mean(values)) if values else None
 
 
-def _number(value: float | None, spec: str) -> str:
-    return "not computed" if value is None else format(value, spec)
+def _number(value: float | None, spec: str = ".4g") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def details(runs: dict, classes: int) -> dict[str, str]:
+    """A few words of context for some claims' `ours`: the means over the seeds of what the statistic is made of."""
+    slopes = [seed["step"]["slope" if classes == 2 else "slope_class_0"] for seed in runs.values()
+              if "slope" in seed.get("step", {}) or "slope_class_0" in seed.get("step", {})]
+    return {
+        "lemma41_slope": f"slope {_number(np.mean(slopes) if slopes else None)} against "
+                         f"{_number(_mean(runs, 'step', 'slope_theory'))}" + (" (class 0)" if classes > 2 else ""),
+        "lemma42_growth": f"|p_T| {_number(_mean(runs, 'flow', 'p_norm'), '.3g')}, increasing at "
+                          f"{_number(_mean(runs, 'flow', 'p_norm_increasing_fraction'), '.0%')} of the logged steps",
+        "accuracy_gap": f"test accuracy {_number(_mean(runs, 'trained', 'test_accuracy'), '.3f')} against "
+                        f"{_number(_mean(runs, 'untrained', 'test_accuracy'), '.3f')}",
+    }
 
 
 def evaluate(config: Config, run: StageRun) -> None:
-    dataset = config.dataset
+    dataset, first = config.dataset, config.base.seeds[0]
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
-    embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
-    trajectory = read_npz(results_dir("gradient_flow", dataset) / "trajectory.npz", producer="gradient_flow")
-    history = pd.read_csv(require_output(results_dir("gradient_flow", dataset) / "history.csv", "gradient_flow"))
-    prepare, one_step, gradient_flow = (_metrics(stage, dataset) for stage in ("prepare", "one_step", "gradient_flow"))
+    step_folder, flow_folder = (seed_dir(results_dir(stage, dataset), first) for stage in ("one_step", "gradient_flow"))
+    embeddings = read_npz(step_folder / "embeddings.npz", producer="one_step")
+    trajectory = read_npz(flow_folder / "trajectory.npz", producer="gradient_flow")
+    history = pd.read_csv(require_output(flow_folder / "history.csv", "gradient_flow"))
+    one_step, gradient_flow = (read_json(require_output(folder / "metrics.json", stage)) for folder, stage in
+                               ((step_folder, "one_step"), (flow_folder, "gradient_flow")))
 
     classes = num_classes(tokens)
     present = token_scores(tokens, embeddings, trajectory["p"][-1], classes)[occurring(tokens)]
-
     out = results_dir("evaluate", dataset)
     write_csv(out / "token_scores.csv", present)
-    title = f"{dataset}: E1 after one step, p after gradient flow"
+    title = f"{dataset}, seed {first}: E1 after one step, p after gradient flow"
     if classes == 2:
         figures = {
             "token_scores.png": token_scores_figure(present, title),
@@ -104,45 +115,48 @@ def evaluate(config: Config, run: StageRun) -> None:
         save_figure(figure, out / name)
         run.log_artifact(out / name, "figures")
 
-    synthetic = config.data.source == "synthetic"
-    # Lemma 4.4 and Theorem 4.3 assume Assumption 1, which the independent generator does not meet.
-    assumption1 = synthetic and config.data.synthetic.mode == "assumption1"
-    checks = theory_checks(one_step, gradient_flow, config.evaluate, synthetic=assumption1, num_classes=classes)
-    write_json(out / "checks.json", [check.as_record() for check in checks])  # what the report reads
-    notes = [f"E_s^T p_T: {_number(gradient_flow.get('score_p_important'), '.4g')} on average over the important "
-             f"tokens, {_number(gradient_flow.get('score_p_least_important'), '.4g')} over the least important "
-             f"tenth, after {_number(gradient_flow.get('steps'), '.0f')} steps (loss "
-             f"{_number(gradient_flow.get('loss'), '.4g')}, |p_T| = {_number(gradient_flow.get('p_norm'), '.4g')})."]
-    if synthetic:
-        notes += [
-            f"Assumption 1 (needed by Lemma 4.4 and Theorem 4.3) holds for "
-            f"{_number(prepare.get('assumption1_fraction'), '.1%')} of the training sequences.",
-            f"Sequences with at least one important token selected: "
-            f"{_number(gradient_flow.get('selection_any_fraction'), '.1%')} (the claim beyond Assumption 1).",
-            f"Margin ratio (normalised margin x |p_mm|, 1 at the max-margin direction): "
-            f"{_number(gradient_flow.get('margin_ratio'), '.4g')}.",
-        ]
-    notes += one_step_notes(one_step, classes)
+    runs = dataset_runs(dataset, config)
+    measurements = dataset_measurements(dataset, config, tokens, curve_settings(config.train), details(runs, classes))
+    write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it
+    assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
     top = top_tokens(present, classes)
     write_json(out / "top_tokens.json", top)
     run.log_artifact(out / "top_tokens.json")
-    notes += [f"{label}: {', '.join(words)}" for label, words in top.items()]
-    # Optional when a stage is run by hand (dvc.yaml lists them as dependencies): a missing run reads "not run".
-    trained = {variant: read_json(path) if (path := results_dir("train", f"{dataset}/{variant}") / "metrics.json")
-               .exists() else {} for variant in EMBEDDINGS}
-    comparison, training_metrics = training_comparison(trained)
-    summary = summary_markdown(checks, f"toksel theory checks: {dataset}", list(figures), notes,
-                               sections={"Full training (Lightning) next to the paper": comparison})
+    notes = [f"E_s^T p_T (seed {first}): {_number(gradient_flow.get('score_p_important'))} on average over the "
+             f"important tokens, {_number(gradient_flow.get('score_p_least_important'))} over the least important "
+             f"tenth.", *[f"{label}: {', '.join(words)}" for label, words in top.items()]]
+    main = [Row(item, dataset + (f", {item.measurement.protocol}" if item.measurement.protocol else ""), "evaluate")
+            for item in assessed]
+    arms = {arm: [runs[seed].get(arm, {}) for seed in config.base.seeds] for arm in EMBEDDINGS}
+    summary = "\n".join([
+        f"# {dataset}: the claims over seeds {', '.join(map(str, config.base.seeds))}", "",
+        *markdown_table(main), "", *[f"- {note}" for note in notes], "",
+        "## The embedding arms (mean +- std over the seeds)", "", training_comparison(arms), "",
+        *[f"![{name}]({name})" for name in figures]]) + "\n"
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")
+    run.record_metrics(out / "metrics.json", claim_metrics(assessed))
+    print(summary.split("\n\n## ")[0])
+
+
+def claim_metrics(assessed: list) -> dict[str, float | None]:
+    """Per claim (suffixed by its protocol when not its own): the mean, the interval's ends, whether it holds,
+    and the control's mean; then how many hold."""
     metrics: dict[str, float | None] = {}
-    for check in checks:
-        metrics.update(check.as_metrics())
-    metrics["checks_held"] = float(sum(check.holds for check in checks))
-    metrics["checks_total"] = float(len(checks))
-    metrics.update(training_metrics)
-    run.record_metrics(out / "metrics.json", metrics)
-    print(summary.split("\n\n![")[0])
+    for item in assessed:
+        protocol = item.measurement.protocol.replace(" ", "_")
+        name = item.claim.id + (f"_{protocol}" if protocol else "")
+        interval, control = item.interval, item.control_interval
+
+        def finite(value: float) -> float | None:
+            return value if np.isfinite(value) else None
+
+        metrics |= {name: finite(interval.mean), f"{name}_low": finite(interval.low),
+                    f"{name}_high": finite(interval.high), f"{name}_holds": float(item.verdict == "holds"),
+                    f"control_{name}": finite(control.mean)}
+    main = [item for item in assessed if not item.measurement.protocol]
+    metrics |= {"claims_held": float(sum(item.verdict == "holds" for item in main)), "claims_total": float(len(main))}
+    return metrics
 
 
 def main(argv: list[str] | None = None) -> int:

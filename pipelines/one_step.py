@@ -1,5 +1,7 @@
-"""Stage `one_step`: E0, p0 ~ N(0, I/d), v a unit vector (K orthonormal v_k for K > 2 classes); one full-batch
-GD step on E (Lemma 4.1; the rebuttal's formula for K classes)."""
+"""Stage `one_step`: E0, p0 ~ N(0, I/d), v a unit vector (K orthonormal v_k for K > 2 classes), drawn from the
+run's seed; one full-batch GD step on E (Lemma 4.1; the rebuttal's formula for K classes), and its control, the
+same regression with no step. dvc.yaml runs it for every seed (one_step@<dataset>-<seed>), into
+results/one_step/<dataset>/seed<seed>/."""
 
 from __future__ import annotations
 
@@ -10,24 +12,24 @@ from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import read_token_table
 from toksel.io import write_npz
-from toksel.paths import processed_dir, results_dir
+from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
 
-SECTIONS = ("base", "model", "one_step")
+SECTIONS = ("model", "one_step")
 
 
 def one_step(config: Config, run: StageRun) -> None:
     data = processed_dir(config.dataset)
     step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
-                                        config.model.d, config.base.seed, config.one_step.eta0)
-    out = results_dir("one_step", config.dataset)
+                                        config.model.d, config.seed, config.one_step.eta0)
+    out = seed_dir(results_dir("one_step", config.dataset), config.seed)
     write_npz(out / "embeddings.npz", E0=step.E0, E1=step.E1, p0=step.p0, v=step.v)
     run.record_metrics(out / "metrics.json", step.metrics)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("one_step", SECTIONS, one_step, argv)
+    return run_stage("one_step", SECTIONS, one_step, argv, seeded=True)
 
 
 if __name__ == "__main__":

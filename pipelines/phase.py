@@ -21,7 +21,7 @@ from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
 
-SECTIONS = ("base", "model", "one_step", "gradient_flow")
+SECTIONS = ("model", "one_step", "gradient_flow")
 
 
 def phase_cell(config: Config, run: StageRun) -> None:
@@ -32,7 +32,7 @@ def phase_cell(config: Config, run: StageRun) -> None:
     train, tokens = PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv")
     d, eta0 = config.model.d, config.one_step.eta0
     run.set_tag("phase_cell", f"d={d} eta0={eta0:g}")
-    step = one_step_from_initialisation(train, tokens, d, config.base.seed, eta0)
+    step = one_step_from_initialisation(train, tokens, d, config.seed, eta0)
     flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, config.gradient_flow,
                                 progress=show_progress())
     one_step = {f"one_step_{name}": value for name, value in step.metrics.items()}
@@ -41,7 +41,7 @@ def phase_cell(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("phase", SECTIONS, phase_cell, argv)
+    return run_stage("phase", SECTIONS, phase_cell, argv, seeded=True)
 
 
 if __name__ == "__main__":

@@ -7,24 +7,37 @@ cos_max_margin.png, one_step_error.png, summary.md and metrics.json.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
 import pandas as pd
 
+from toksel.claims import BY_ID, Measurement
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.token_table import read_token_table
-from toksel.io import read_json, require_output, write_csv, write_text
+from toksel.io import read_json, require_output, write_csv, write_json, write_text
 from toksel.paths import phase_cell_dir, processed_dir, results_dir
 from toksel.plots import phase_heatmap, power_law_figure, save_figure
-from toksel.theory.phase import Window, edge_factor, fit_power_law, measured_window, predicted_window
+from toksel.theory.phase import (
+    Window,
+    deviation_range,
+    edge_factor,
+    factor_range,
+    fit_power_law,
+    measured_window,
+    predicted_window,
+)
 from toksel.tracking import StageRun
 
 SECTIONS = ("phase", "evaluate")
 OUT = results_dir("phase_diagram", "")
 COLUMNS = ("d", "eta0", "selection_fraction", "selection_any_fraction", "cos_max_margin", "margin_ratio", "loss",
-           "p_norm", "one_step_orthogonal_ratio", "one_step_slope_rel_error")
+           "p_norm", "one_step_orthogonal_ratio", "one_step_slope_rel_error", "one_step_slope", "one_step_slope_theory")
+# The controls of the edge claims: the neighbouring laws, eta0 |alpha| / 2 = 1/d for the lower edge and
+# = 1/sqrt(d) for the upper one, against the same measured edges.
+CONTROL_LAWS = {"low": lambda alpha, d: 2 / (alpha * d), "high": lambda alpha, d: 2 / (alpha * math.sqrt(d))}
 
 
 def read_grid(config: Config) -> pd.DataFrame:
@@ -59,6 +72,9 @@ def phase_diagram(config: Config, run: StageRun) -> None:
                                         "cells_selecting": float(grid["selects"].sum()),
                                         "cells_max_margin": float(grid["max_margin"].sum())}
     factors: dict[str, list[float]] = {"low": [], "high": []}
+    # Per edge, the factor's range over the grid's bracket: for the scale argument and for its control's law.
+    ranges: dict[tuple[str, str], list[tuple[float, float, float]]] = {(which, kind): [] for which in ("low", "high")
+                                                                for kind in ("ours", "control")}
     rows = ["| d | selection window in eta0 | lower edge | scale argument's lower edge | upper edge | scale "
             "argument's upper edge | max-margin window |", "|---|---|---|---|---|---|---|"]
     for d, cells in grid.groupby("d"):
@@ -71,6 +87,10 @@ def phase_diagram(config: Config, run: StageRun) -> None:
             factor = edge_factor(window.edge(which), predicted)
             if factor is not None:
                 factors[which].append(factor)
+            for kind, law in (("ours", predicted), ("control", CONTROL_LAWS[which](mean_abs_alpha, d))):
+                bracket = factor_range(window, which, law)
+                if bracket is not None:
+                    ranges[which, kind].append((edge_factor(window.edge(which), law), *bracket))
         span = "empty" if window.low is None else (f"{window.low:g} to {window.high:g}"
                                                   + ("" if window.contiguous else " (with gaps)"))
         margin_span = "empty" if margin.low is None else f"{margin.low:g} to {margin.high:g}"
@@ -88,6 +108,11 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     error[["log10_d", "log10_ratio", "log10_fitted"]] = np.log10(error[["d", "one_step_orthogonal_ratio", "fitted"]])
     write_csv(OUT / "one_step_error.csv", error)
     metrics |= {"one_step_error_slope": law.slope, "one_step_error_r": law.r}
+    along = grid.groupby("d", as_index=False)[["one_step_slope", "one_step_slope_theory"]].median()
+    along_ratio = (along["one_step_slope"] / along["one_step_slope_theory"]).to_numpy()
+    control_law = fit_power_law(along["d"].to_numpy(), along_ratio)  # the update along v: flat in d
+    measurements = phase_measurements(config, ranges, law, control_law)
+    write_json(OUT / "claims.json", [item.as_record() for item in measurements])
 
     figures = {
         "selection.png": phase_heatmap(grid, "selection_fraction", "Lemma 4.4: share of sequences whose important "
@@ -107,6 +132,39 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     run.log_artifact(OUT / "summary.md")
     run.record_metrics(OUT / "metrics.json", metrics)
     print(summary.split("\n\n![")[0])
+
+
+def _largest(edges: list[tuple[float, float, float]]) -> tuple[float | None, float | None, float | None]:
+    """(estimate, low, high) of the largest factor over the edges, from each edge's (factor at the geometric middle
+    of its bracket, smallest and largest factor over the bracket): the edge lies somewhere in its bracket, so the
+    largest factor lies between the largest smallest and the largest largest."""
+    if not edges:
+        return None, None, None
+    return tuple(max(edge[i] for edge in edges) for i in range(3))
+
+
+def _deviation(law) -> tuple[float | None, float | None, float | None]:
+    """(|slope + 1/2|, and its range over the slope's 95 % interval)."""
+    if not math.isfinite(law.slope):
+        return None, None, None
+    low, high = deviation_range(law.slope_interval, -0.5) if math.isfinite(law.slope_interval[0]) else (None, None)
+    return abs(law.slope + 0.5), low, high
+
+
+def phase_measurements(config: Config, ranges: dict, law, control_law) -> list[Measurement]:
+    """The phase diagram's three claims, each with the interval its method gives (grid brackets, fit)."""
+    data, grid = config.phase.dataset, f"{len(config.phase.eta0)} eta0 x {len(config.phase.d)} d, seed {config.seed}"
+    found = []
+    for claim, which in (("phase_lower_edge", "low"), ("phase_upper_edge", "high")):
+        found.append(Measurement(claim, data, [config.seed], [], [],
+                                 f"{grid}: {len(ranges[which, 'ours'])} edges bracketed",
+                                 bounds=_largest(ranges[which, "ours"]),
+                                 control_bounds=_largest(ranges[which, "control"]),
+                                 method="the grid's brackets of the edges"))
+    found.append(Measurement(BY_ID["phase_error_slope"].id, data, [config.seed], [], [],
+                             f"{grid}: slope {law.slope:.3f} (r {law.r:.3f})", bounds=_deviation(law),
+                             control_bounds=_deviation(control_law), method="95 % confidence interval of the fit"))
+    return found
 
 
 def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: list[str], metrics: dict,

@@ -11,14 +11,14 @@ from toksel.data.token_table import write_token_table
 from toksel.paths import processed_dir, results_dir
 from toksel.tracking import StageRun
 
-SECTIONS = ("base", "data")
+SECTIONS = ("base.data_seed", "data")
 
 
 def prepare(config: Config, run: StageRun) -> None:
     if config.data.source == "synthetic":
-        prepared = prepare_synthetic(config.data, config.base.seed)
+        prepared = prepare_synthetic(config.data, config.base.data_seed)
     else:
-        prepared = prepare_text(config.dataset, config.data, config.base.seed)
+        prepared = prepare_text(config.dataset, config.data, config.base.data_seed)
     out = processed_dir(config.dataset)
     for name, split in prepared.splits.items():
         split.save(out / f"{name}.npz")

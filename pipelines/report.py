@@ -1,8 +1,10 @@
 """Stage `report`: every claim of the paper and the rebuttal, and ours, in one place (toksel.report).
 
-Reads what the stages wrote under results/ (a claim whose stage has not run says so) and writes
-results/report/: report.md (figures linked), report.html (self-contained: figures embedded) and metrics.json
-(how many claims hold). Both reports are artifacts of the pipeline's parent MLflow run.
+Reads the measurements the stages wrote under results/ (claims.json; a claim whose stage has not run says so),
+judges each with the registry (toksel.claims) and the thresholds of params.yaml, and writes results/report/:
+report.md (figures linked), report.html (self-contained: figures embedded), verdicts.png (the forest plot) and
+metrics.json (how many claims hold, fail, are inconclusive; how many controls fail). Both reports are
+artifacts of the pipeline's parent MLflow run.
 """
 
 from __future__ import annotations
@@ -13,25 +15,38 @@ from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.io import write_text
 from toksel.paths import results_dir
-from toksel.report import Results, all_rows, figures, html_page, markdown, tally
+from toksel.plots import save_figure, verdicts_figure
+from toksel.report import (
+    figures,
+    forest_rows,
+    headline,
+    html_page,
+    markdown,
+    read_measurements,
+    rows,
+    sensitivity,
+    tally,
+)
 from toksel.tracking import StageRun
 
-SECTIONS = ("report", "ablation", "phase")
+SECTIONS = ("base.seeds", "train.datasets", "report", "evaluate", "ablation", "phase")
 OUT = results_dir("report", "")
 TITLE = "toksel: the paper's claims in our runs"
 
 
 def report(config: Config, run: StageRun) -> None:
-    sections = all_rows(config, Results())
+    measurements = read_measurements()
+    sections, found = rows(config, measurements), sensitivity(config, measurements)
+    save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
     shown = figures(config)
-    write_text(OUT / "report.md", markdown(TITLE, sections, shown, OUT))
-    write_text(OUT / "report.html", html_page(TITLE, sections, shown))
+    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT))
+    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)
+    run.log_artifact(OUT / "verdicts.png", "figures")
     counts = tally(sections)
     run.record_metrics(OUT / "metrics.json", counts)
-    print(f"report: {counts['claims_held']:.0f} of {counts['claims']:.0f} claims hold, {counts['claims_failed']:.0f} "
-          f"fail, {counts['claims_not_run']:.0f} not run: {OUT / 'report.html'}")
+    print(f"report: {headline(counts)} {OUT / 'report.html'}")
 
 
 def main(argv: list[str] | None = None) -> int:

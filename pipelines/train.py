@@ -1,60 +1,81 @@
-"""Stage `train`: the one-layer model trained with Lightning from the one_step stage's initialisation.
+"""Stage `train`: the one-layer model trained with Lightning, one embedding arm and one seed.
 
 train.embeddings chooses what E does: `trained` (E, p, v jointly), `untrained` (E frozen at E0, its random
-init) or `one_step` (E frozen at E1). dvc.yaml runs all three on every dataset (train@<dataset>-<choice>).
+initialisation) or `one_step` (E frozen at E1, E0 after the one GD step of Lemma 4.1). E0, p0 and v are drawn
+from the run's seed as the one_step stage draws them. Every arm follows one protocol (training/protocol.py):
+a fit at each rate of train.lr_grid with early stopping in the same epoch budget, the lowest validation loss
+kept, then its control on shuffled labels. dvc.yaml runs each arm on each of train.datasets for every seed
+(train@<dataset>-<arm>-<seed>), into results/train/<dataset>/<arm>/seed<seed>/.
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
-from toksel.data.token_table import read_token_table
-from toksel.io import file_digest, read_npz
-from toksel.paths import processed_dir, results_dir
+from toksel.data.corpus import PackedSplit
+from toksel.data.token_table import num_classes, read_token_table
+from toksel.io import file_digest, write_csv
+from toksel.models.fused import FusedBags
+from toksel.models.one_layer import initialise
+from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.tracking import StageRun
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule
-from toksel.training.fit import checkpoint_dir, fit, parameter_dtype
-from toksel.training.record import record_fit
+from toksel.training.fit import checkpoint_dir, parameter_dtype
+from toksel.training.protocol import train_with_control
+from toksel.training.record import curve_settings, record_fit
 
-SECTIONS = ("base", "train")
+SECTIONS = ("base.data_seed", "model", "one_step", "train")
 
 
 def train(config: Config, run: StageRun) -> None:
-    settings, dataset = config.train, config.dataset
-    variant = f"{dataset}/{settings.embeddings}"
-    run.set_tag("embeddings", settings.embeddings)
-    run.set_tag("mlflow.runName", f"train {settings.embeddings}")
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
-    embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
+    settings, dataset, seed = config.train, config.dataset, config.seed
+    arm, folder = settings.embeddings, processed_dir(dataset)
+    run.set_tag("embeddings", arm)
+    run.set_tag("mlflow.runName", f"train {arm} seed {seed}")
+    tokens = read_token_table(folder / "tokens.csv")
+    split, classes = PackedSplit.load(folder / "train.npz"), num_classes(tokens)
+    init = initialise(split.vocab_size, config.model.d, seed, num_classes=classes)
     dtype = parameter_dtype(settings.precision)
-    start = embeddings["E1"] if settings.embeddings == "one_step" else embeddings["E0"]
-    trains_embeddings = settings.embeddings == "trained"
-    module = BagClassifier(
-        torch.tensor(start, dtype=dtype), torch.tensor(embeddings["p0"], dtype=dtype),
-        torch.tensor(embeddings["v"], dtype=dtype), torch.tensor(tokens["important"].to_numpy(dtype=bool)),
-        train_embeddings=trains_embeddings, optimizer=settings.optimizer,
-        lr=settings.lr if trains_embeddings else settings.frozen_lr, weight_decay=settings.weight_decay)
-    data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.base.seed,
-                            dtype)
-    checkpoints = checkpoint_dir("train", variant)
-    # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.
-    fingerprint = params_hash(config.sections(SECTIONS)) + file_digest(
-        processed_dir(dataset) / "train.npz", results_dir("one_step", dataset) / "embeddings.npz")
-    result = fit(module, data, settings, checkpoints, fingerprint, run, config.base.seed, show_progress())
 
-    record_fit(run, results_dir("train", variant), module, result, tokens, settings.bins,
-               f"{dataset}, embeddings {settings.embeddings}: after training")
-    shutil.rmtree(checkpoints)  # finished: nothing left to resume
+    def start(shuffled: bool) -> torch.Tensor:
+        """E0, or E1: the one step on the labels this model trains on (the control's are shuffled)."""
+        if arm != "one_step":
+            return init.E
+        labels = split.with_shuffled_labels(config.base.data_seed) if shuffled else split
+        E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
+        return torch.from_numpy(one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(labels, classes),
+                                                                config.one_step.eta0))
+
+    def model(lr: float, shuffled: bool) -> BagClassifier:
+        return BagClassifier(start(shuffled).to(dtype), init.p.to(dtype), init.v.to(dtype),
+                             torch.tensor(tokens["important"].to_numpy(dtype=bool)),
+                             train_embeddings=arm == "trained", optimizer=settings.optimizer, lr=lr,
+                             weight_decay=settings.weight_decay)
+
+    def data(shuffled: bool) -> PackedDataModule:
+        return PackedDataModule(folder, settings.batch_size, settings.val_fraction, seed, dtype,
+                                label_seed=config.base.data_seed if shuffled else None)
+
+    # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.
+    fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")
+    curves = curve_settings(config.train)
+    trained = train_with_control(model, data, settings.lr_grid, settings, checkpoint_dir("train", f"{dataset}/{arm}")
+                                 / f"seed{seed}", fingerprint, run, seed, show_progress(), tokens, curves)
+    out = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
+    write_csv(out / "grid.csv", trained.trials)
+    run.log_artifact(out / "grid.csv")
+    record_fit(run, out, trained.module, trained.metrics, trained.curves, tokens, curves,
+               f"{dataset}, embeddings {arm}, seed {seed} (lr {trained.metrics['lr']:g}): after training")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("train", SECTIONS, train, argv)
+    return run_stage("train", SECTIONS, train, argv, seeded=True)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,17 @@ def show_progress() -> bool:
     return not os.environ.get("CI") and sys.stderr.isatty()
 
 
-def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None) -> int:
+def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
+              seeded: bool = False) -> int:
+    """Run `body` as the stage `stage` (its config sections `sections`); seeded: once per seed (`seed=`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
         print(f"usage: python -m pipelines.{stage} [key=value ...]\n\nkeys, with their values in params.yaml:")
         try:
             overrides = [arg for arg in argv if arg not in ("-h", "--help")]
             print("\n".join(describe(load_config(overrides), sections)))
+            if seeded:
+                print(f"  {'seed=0':<44} the model seed of this run (dvc.yaml runs each of base.seeds)")
         except ToksError as error:
             print(f"  ({error})")
         return 0
@@ -40,7 +44,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     warnings.filterwarnings("ignore", message=".*noload.*")
     try:
         config = load_config(argv)
-        with stage_run(stage, config, sections) as run:
+        with stage_run(stage, config, sections, seeded) as run:
             body(config, run)
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0

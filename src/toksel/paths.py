@@ -23,6 +23,11 @@ def results_dir(stage: str, dataset: str) -> Path:
     return Path("results") / stage / dataset
 
 
+def seed_dir(folder: Path, seed: int) -> Path:
+    """A seed's own outputs inside a stage's folder: <folder>/seed<k>."""
+    return folder / f"seed{seed}"
+
+
 def phase_cell_dir(d: int, eta0: float) -> Path:
     """The phase-diagram cell of embedding dimension d and one-step size eta0 (dvc.yaml names it alike)."""
     return Path("results") / "phase" / f"d{d}-eta{eta0:g}"

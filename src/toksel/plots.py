@@ -160,23 +160,23 @@ def _standardised(values: np.ndarray) -> np.ndarray:
 
 
 def rebuttal_figure(curves: list[tuple]) -> plt.Figure:
-    """One panel per rebuttal table: its bin means and ours (one line per run), each standardised (mean 0, std 1)
-    against x over its largest |x|; curves holds (table, run name, our bin centres, our bin means)."""
+    """One panel per rebuttal table: its bin means and ours (one line per run), each standardised (mean 0, std 1),
+    against x; curves holds (table, run name, our bin centres, our bin means)."""
     tables = list(dict.fromkeys(table for table, *_ in curves))
     columns = min(3, len(tables))
     rows = -(-len(tables) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, 3.5 * rows), squeeze=False)
     for axis, table in zip(axes.flat, tables, strict=False):
         x = np.asarray(table.x)
-        axis.plot(x / np.abs(x).max(), _standardised(np.asarray(table.means)), color="black", marker="s", ms=3,
+        axis.plot(x, _standardised(np.asarray(table.means)), color="black", marker="s", ms=3,
                   lw=1.5, label="rebuttal")
         for other, name, centres, means in curves:
             if other is table:
                 filled = np.isfinite(means)
-                axis.plot(centres[filled] / np.abs(centres[filled]).max(), _standardised(means[filled]), marker="o",
+                axis.plot(centres[filled], _standardised(means[filled]), marker="o",
                           ms=2.5, lw=1, alpha=0.85, label=f"ours: {name}")
         axis.set_title(table.title, fontsize=9)
-        axis.set_xlabel("x / max |x|")
+        axis.set_xlabel("x (held-out)")
         axis.set_ylabel("bin mean, standardised")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
@@ -247,4 +247,46 @@ def power_law_figure(d: np.ndarray, y: np.ndarray, fitted: np.ndarray, slope: fl
     axis.set_title(title, fontsize=10)
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
+    return figure
+
+
+VERDICT_COLOURS = {"holds": "#1a9850", "fails": "#d73027", "inconclusive": "#fdae61", "not computed": "#999999"}
+
+
+def _margin(value: float, comparison: str, threshold: float) -> float:
+    """How far a value lies on the claim's side of its threshold, in units of the threshold (>0: the claim's)."""
+    scale = abs(threshold) or 1.0
+    return (value - threshold) / scale if comparison == ">=" else (threshold - value) / scale
+
+
+def verdicts_figure(rows: list[tuple[str, object]]) -> plt.Figure:
+    """A forest plot: per claim (label, Assessment), its interval and its control's as margins past the threshold
+    (the claim's side to the right, in units of the threshold; symmetric log axis), coloured by verdict."""
+    figure, axis = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.6))
+    for position, (_, item) in enumerate(rows):
+        y = len(rows) - 1 - position
+        claim = item.claim
+        for interval, verdict, offset, filled in ((item.interval, item.verdict, 0.12, True),
+                                                   (item.control_interval, item.control_verdict, -0.12, False)):
+            if interval is None or interval.n == 0:
+                continue
+            colour = VERDICT_COLOURS.get(verdict, "#999999") if filled else "#777777"
+            centre = _margin(interval.mean, claim.comparison, item.threshold)
+            if interval.exists:
+                ends = sorted(_margin(end, claim.comparison, item.threshold) for end in (interval.low, interval.high))
+                axis.plot(ends, [y + offset] * 2, color=colour, lw=2.2 if filled else 1.2)
+            axis.plot(centre, y + offset, "o", color=colour, ms=5, mfc=colour if filled else "white")
+    axis.axvline(0, color="black", lw=1)
+    axis.set_xscale("symlog", linthresh=0.01)
+    axis.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=7)
+    axis.set_ylim(-0.7, len(rows) - 0.3)
+    axis.set_xlabel("past the threshold, in units of it (right: the claim's side)")
+    handles = [matplotlib.lines.Line2D([], [], color=colour, marker="o", lw=2, label=f"ours: {verdict}")
+               for verdict, colour in VERDICT_COLOURS.items() if verdict != "not computed"]
+    handles.append(matplotlib.lines.Line2D([], [], color="#777777", marker="o", mfc="white", lw=1.2,
+                                           label="negative control"))
+    axis.legend(handles=handles, fontsize=7, loc="lower right")
+    axis.grid(alpha=0.3, axis="x")
+    axis.set_title("Every claim: the 95 % interval of its mean over the seeds against its threshold", fontsize=10)
+    figure.tight_layout()
     return figure

@@ -139,6 +139,25 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
+    @contextmanager
+    def child(self, name: str, tags: Mapping[str, str]) -> Iterator[StageRun]:
+        """A run nested under this one (a trial of a learning-rate grid, a control), closed FAILED on an error.
+
+        It carries this run's tags (stage, dataset, seed, ...) with `tags` on top."""
+        if self.run_id is None:  # a DDP worker: nothing is logged
+            yield self
+            return
+        inherited = {key: value for key, value in self.client.get_run(self.run_id).data.tags.items()
+                     if not key.startswith("mlflow.")}
+        run = self.client.create_run(self.client.get_run(self.run_id).info.experiment_id, run_name=name,
+                                     tags={**inherited, **tags, PARENT_TAG: self.run_id})
+        status = "FAILED"
+        try:
+            yield StageRun(self.client, run.info.run_id, self.parent_id)
+            status = "FINISHED"
+        finally:
+            self.client.set_terminated(run.info.run_id, status)
+
     def _log_points(self, points: Iterable[tuple[str, float | None, int]]) -> None:
         """(name, value, step) triples; None, NaN and inf are left out (JSON has them as null)."""
         from mlflow.entities import Metric
@@ -208,8 +227,10 @@ class _Silent:
 
 
 @contextmanager
-def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator[StageRun]:
-    """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception."""
+def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: bool = False) -> Iterator[StageRun]:
+    """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception.
+
+    seeded: the stage runs once per seed (config.seed), which tags its run `seed`."""
     if is_worker():
         yield StageRun(_Silent(), run_id=None)
         return
@@ -227,8 +248,12 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...]) -> Iterator
     tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.dataset, "git_sha": git_sha(),
             "params_hash": params_hash(resolved), HOST_TAG: socket.gethostname(),
             PROCESS_TAG: str(Process.current())}
+    if seeded:
+        tags["seed"] = str(config.seed)
     run_id = client.create_run(experiment_id, run_name=stage, tags=tags).info.run_id
     params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
+    if seeded:
+        params.append(Param("seed", str(config.seed)))
     for start in range(0, len(params), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     _log_params_file(client, run_id)

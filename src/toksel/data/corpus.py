@@ -62,6 +62,11 @@ class PackedSplit:
             vocab_size=int(vocab_size),
         )
 
+    def with_shuffled_labels(self, seed: int) -> PackedSplit:
+        """The same sequences with their labels permuted (seeded): the negative controls' data. The class sizes
+        stay, every link between a token and a label goes (alpha_s near 0 for every token)."""
+        return dataclasses.replace(self, labels=np.random.default_rng(seed).permutation(self.labels))
+
     def dense_sequences(self) -> np.ndarray:
         """(n, T) token ids; only for equal-length splits (the dense reference model)."""
         lengths = self.lengths

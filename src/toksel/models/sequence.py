@@ -10,7 +10,9 @@ output does not depend on how much padding a batch carries.
   a residual, W1 = I/sqrt(d) by default (parameter-free) or trained (`trained_kq`); layer 2 the <cls> read-out
   softmax(p^T W2 H^T) H v, W2 = I or trained.
 - MLP head: the attention output z goes through relu(W_a z + b_a), width d, before the linear head; W_a and
-  b_a ~ U(-1/sqrt d, 1/sqrt d) (torch's nn.Linear default) from a generator seeded with `seed`.
+  b_a ~ U(-1/sqrt d, 1/sqrt d) (torch's nn.Linear default) from a generator seeded with `seed`. Without a
+  residual, v reads the ReLU features and E_s^T v is not a property of the token (another initialisation of
+  W_a changed its curve's sign); the residual head z + relu(W_a z + b_a) keeps z, so v reads E_s again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch import nn
 LAYOUTS: dict[str, dict[str, int | bool]] = {
     "one_layer": {},
     "mlp": {"mlp": True},
+    "mlp_residual": {"mlp": True, "residual": True},
     "two_layer": {"layers": 2},
     "two_layer_kq": {"layers": 2, "trained_kq": True},
 }
@@ -36,12 +39,12 @@ class SequenceClassifier(nn.Module):
     """One or two attention layers over positions, an optional MLP, then the linear head v (or V)."""
 
     def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, layers: int = 1,
-                 trained_kq: bool = False, mlp: bool = False, seed: int = 0) -> None:
+                 trained_kq: bool = False, mlp: bool = False, residual: bool = False, seed: int = 0) -> None:
         super().__init__()
         if layers not in (1, 2):
             raise ValueError(f"layers must be 1 or 2, got {layers}")
         d = E.shape[1]
-        self.layers = layers
+        self.layers, self.residual = layers, residual
         self.E, self.p, self.v = nn.Parameter(E.clone()), nn.Parameter(p.clone()), nn.Parameter(v.clone())
         eye = torch.eye(d, dtype=E.dtype)
         # Key-query matrices: fixed (parameter-free attention) unless trained_kq.
@@ -73,7 +76,7 @@ class SequenceClassifier(nn.Module):
         q = masked_softmax(scores, mask)
         z = torch.einsum("nt,ntd->nd", q, H)
         if self.mlp is not None:
-            z = self.mlp(z)
+            z = z + self.mlp(z) if self.residual else self.mlp(z)
         return z @ self.v, q, scores
 
     def forward(self, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

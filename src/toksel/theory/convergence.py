@@ -1,7 +1,15 @@
 """Theory checks along a gradient-flow trajectory: |p_t|, selection (Lemma 4.4), max-margin (Theorem 4.3).
 
 p_mm is solved for the selection made by the final p_T; the cosine and the normalised margin are then
-computed for every logged p_t.
+computed for every logged p_t. Theorem 4.3 with Lemma 4.4 says more: the limit direction is the max-margin
+direction of the selection of the important tokens, p_mm* (each sequence's important tokens against its
+others); cos(p_T, p_mm*) is measured too. Under Assumption 1, once p_T selects exactly the important tokens,
+the two coincide.
+
+Lemma 4.2 (|p_t| grows without bound) is read off the growth of |p_t| on a logarithmic time scale: the
+increase over the last half of the run against the increase over the quarter before. Growth like log t, the
+rate of gradient descent on a loss without a finite minimiser, gives 1; a bounded |p_t| approaching its limit
+like 1/t gives 1/2, and one approaching it geometrically far less.
 """
 
 from __future__ import annotations
@@ -27,11 +35,39 @@ from toksel.theory.selection import selected_entries, selection_fraction
 from toksel.training.gradient_flow import Trajectory, run_gradient_flow
 
 
+GROWTH_CAP = 2.0  # linear growth (normalised steps); beyond it the ratio says no more
+
+
+def p_norm_growth(steps: np.ndarray, p_norm: np.ndarray, resolution: float = 1e-9) -> float:
+    """(|p_T| - |p_{T/2}|) / (|p_{T/2}| - |p_{T/4}|) at the last logged steps at or before T, T/2 and T/4, in
+    [0, GROWTH_CAP].
+
+    A fall counts as no growth, and so does a change smaller than resolution |p_T| (float rounding): a flow that
+    has settled gives 0, not the ratio of two rounding errors, and a late rise after an early fall the cap.
+    NaN for a run too short to have three distinct points.
+    """
+    T = int(steps[-1])
+
+    def at(step: int) -> tuple[int, float]:
+        index = int(np.searchsorted(steps, step, side="right")) - 1
+        return index, float(p_norm[index])
+
+    (first, quarter), (second, half), (third, end) = at(T // 4), at(T // 2), at(T)
+    if len({first, second, third}) < 3:
+        return float("nan")
+    floor = resolution * abs(end)
+    late, early = end - half, half - quarter
+    if late <= floor:
+        return 0.0
+    return min(late / max(early, floor), GROWTH_CAP)
+
+
 @dataclass(frozen=True)
 class ConvergenceReport:
     history: dict[str, np.ndarray]  # step, loss, p_norm, selection fractions, cos_max_margin, normalized_margin
     max_margin: MaxMarginSolution
     n_constraints: int
+    cos_important: float | None = None  # cos(p_T, p_mm*) for the selection of the important tokens
 
     def final_metrics(self) -> dict[str, float]:
         last = {name: float(values[-1]) for name, values in self.history.items() if name != "step"}
@@ -44,6 +80,8 @@ class ConvergenceReport:
             "loss_decreasing_fraction": float(np.mean(np.diff(loss) < 0)) if len(loss) > 1 else float("nan"),
             "n_constraints": float(self.n_constraints),
             "steps": float(self.history["step"][-1]),
+            "p_norm_growth": p_norm_growth(self.history["step"], p_norm),
+            "cos_max_margin_important": self.cos_important,
         }
 
 
@@ -65,6 +103,12 @@ def analyse_trajectory(
                         "set gradient_flow.max_margin=false for this dataset")
     solution = (solve_max_margin(E, pairs) if max_margin
                 else MaxMarginSolution("not requested", None, np.empty((0, E.shape[1]))))
+    cos_important = None
+    if max_margin:
+        wanted = constraint_pairs(important[split.bag_tokens], split)
+        same = len(wanted) == len(pairs) and np.array_equal(wanted, pairs)
+        target = solution if same else solve_max_margin(E, wanted)
+        cos_important = cosine(trajectory.p[-1], target.direction) if target.solved else None
     nan = np.full(len(trajectory.steps), np.nan)
     history = {
         "step": trajectory.steps,
@@ -77,7 +121,8 @@ def analyse_trajectory(
         "normalized_margin": (np.array([normalized_margin(p, solution.differences) for p in trajectory.p])
                               if len(pairs) else nan),
     }
-    return ConvergenceReport(history=history, max_margin=solution, n_constraints=len(pairs))
+    return ConvergenceReport(history=history, max_margin=solution, n_constraints=len(pairs),
+                             cos_important=cos_important)
 
 
 def importance_scores(scores: np.ndarray, tokens: pd.DataFrame) -> dict[str, float]:
@@ -106,3 +151,25 @@ def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: Pa
     report = analyse_trajectory(trajectory, E, train, important, settings.selection_tol, settings.max_margin)
     metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens)}
     return GradientFlowResult(trajectory, report, metrics)
+
+
+def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit,
+                    tokens: pd.DataFrame, settings: GradientFlowConfig) -> dict[str, float | None]:
+    """The negative controls of the gradient-flow claims, as control_<metric>:
+
+    - Lemma 4.2: the same GD on the loss plus control_penalty/2 |p|^2, which has a finite minimiser, so |p_t|
+      must stop growing. Plain steps only: normalised steps of fixed length circle such a minimiser instead
+      of settling, so with gradient_flow.normalized the control is not run (null).
+    - Lemma 4.4 and Theorem 4.3 (when the QP is requested): the flow with E frozen at E0, no step taken.
+    """
+    bags = FusedBags.from_split(train, num_classes(tokens))
+    growth = None
+    if not settings.normalized:
+        penalised = run_gradient_flow(E1, p0, v, bags, steps=settings.steps, lr=settings.lr,
+                                      log_every=settings.log_every, penalty=settings.control_penalty)
+        growth = p_norm_growth(penalised.steps, penalised.p_norm)
+    controls: dict[str, float | None] = {"control_p_norm_growth": growth}
+    if settings.max_margin:
+        no_step = follow_gradient_flow(E0, p0, v, train, tokens, settings).metrics
+        controls |= {f"control_{name}": no_step[name] for name in ("selection_fraction", "cos_max_margin_important")}
+    return controls

@@ -75,11 +75,15 @@ def token_types(alpha: np.ndarray, count_positive: np.ndarray, count_negative: n
     return types
 
 
-def class_signed_frequency(split: PackedSplit, num_classes: int) -> np.ndarray:
+def class_signed_frequency(split: PackedSplit, num_classes: int, presence: bool = False) -> np.ndarray:
     """(K, |S|): alpha_s^(k) = (1/n) sum_X (c_{X,s} / T_X) (1{y_X = k} - 1/K), the class-k signed frequency of
-    the rebuttal's multi-class one-step formula (paper.md section 1.4). For K = 2, alpha^(1) = alpha / 2."""
+    the rebuttal's multi-class one-step formula (paper.md section 1.4). For K = 2, alpha^(1) = alpha / 2.
+
+    presence: 1{s in X} in place of c_{X,s} / T_X, a document frequency: the scale of the rebuttal's
+    multi-class tables (+-0.03), where the one-step formula's 1/T puts the class-k frequency near +-0.003.
+    """
     rows = split.bag_rows
-    share = split.bag_counts / split.lengths[rows]
+    share = np.ones(len(rows)) if presence else split.bag_counts / split.lengths[rows]
     return np.stack([
         np.bincount(split.bag_tokens, weights=share * ((split.labels[rows] == k) - 1 / num_classes),
                     minlength=split.vocab_size) / split.n

@@ -86,7 +86,7 @@ class OneStep:
     E1: np.ndarray  # after the step
     p0: np.ndarray  # (d,)
     v: np.ndarray  # (d,), or (d, K) for K > 2 classes
-    metrics: dict[str, float]  # alignment_metrics over the tokens that occur
+    metrics: dict[str, float]  # alignment_metrics over the tokens that occur, and the no-step control's
 
 
 def one_step_from_initialisation(train: PackedSplit, tokens: pd.DataFrame, d: int, seed: int,
@@ -99,5 +99,9 @@ def one_step_from_initialisation(train: PackedSplit, tokens: pd.DataFrame, d: in
     E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
     E1 = one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(train, classes), eta0)
     alpha = tokens["alpha"].to_numpy() if classes == 2 else class_alphas(tokens)
-    metrics = alignment_metrics(E0, E1, v, alpha, theory_slope(eta0, classes), np.flatnonzero(occurring(tokens)))
+    present, slope = np.flatnonzero(occurring(tokens)), theory_slope(eta0, classes)
+    metrics = alignment_metrics(E0, E1, v, alpha, slope, present)
+    # The negative control: the same regression with no step taken, E0^T v against alpha_s.
+    no_step = alignment_metrics(np.zeros_like(E0), E0, v, alpha, slope, present)
+    metrics |= {f"control_{name}": no_step[name] for name in ("slope", "slope_rel_error", "pearson_r")}
     return OneStep(E0, E1, p0, v, metrics)

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 
 def predicted_window(mean_abs_alpha: float, d: int) -> tuple[float, float]:
@@ -59,11 +60,24 @@ def edge_factor(measured: float | None, predicted: float) -> float | None:
     return None if measured is None else max(measured / predicted, predicted / measured)
 
 
+def factor_range(window: Window, which: str, predicted: float) -> tuple[float, float] | None:
+    """The smallest and largest factor between the predicted edge and any point of the grid's bracket of the
+    measured one (the edge lies somewhere in it); None if the grid does not bracket it."""
+    inside, outside = (window.low, window.below) if which == "low" else (window.high, window.above)
+    if inside is None or outside is None:
+        return None
+    ends = sorted((inside, outside))
+    factors = [edge_factor(end, predicted) for end in ends]
+    smallest = 1.0 if ends[0] <= predicted <= ends[1] else min(factors)
+    return smallest, max(factors)
+
+
 @dataclass(frozen=True)
 class PowerLaw:
     slope: float  # b in y = a d^b
     prefactor: float  # a
     r: float  # Pearson r of log y on log d
+    slope_interval: tuple[float, float] = (float("nan"), float("nan"))  # 95 % (t, n - 2 degrees of freedom)
 
     def __call__(self, d: np.ndarray) -> np.ndarray:
         return self.prefactor * np.asarray(d, dtype=float) ** self.slope
@@ -76,4 +90,17 @@ def fit_power_law(d: np.ndarray, y: np.ndarray) -> PowerLaw:
         return PowerLaw(float("nan"), float("nan"), float("nan"))
     slope, intercept = np.polyfit(log_d, log_y, deg=1)
     r = float(np.corrcoef(log_d, log_y)[0, 1]) if len(log_d) > 2 else float("nan")
-    return PowerLaw(float(slope), float(math.exp(intercept)), r)
+    interval = (float("nan"), float("nan"))
+    if len(log_d) > 2:
+        residuals = log_y - (slope * log_d + intercept)
+        stderr = math.sqrt(float(residuals @ residuals) / (len(log_d) - 2) / float(((log_d - log_d.mean()) ** 2).sum()))
+        half = float(student_t.ppf(0.975, len(log_d) - 2)) * stderr
+        interval = (float(slope) - half, float(slope) + half)
+    return PowerLaw(float(slope), float(math.exp(intercept)), r, interval)
+
+
+def deviation_range(interval: tuple[float, float], target: float) -> tuple[float, float]:
+    """The smallest and largest |slope - target| over a slope interval."""
+    low, high = interval
+    ends = sorted((abs(low - target), abs(high - target)))
+    return (0.0 if low <= target <= high else ends[0]), ends[1]

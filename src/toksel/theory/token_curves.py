@@ -1,10 +1,19 @@
-"""How trained embeddings line up with the token statistics (paper Figs. 2-3 and the rebuttal's tables).
+"""How trained embeddings line up with the token statistics (paper Figs. 1-3 and the rebuttal's tables).
 
-E_s^T p and E_s^T v are binned by the posterior difference P(1|s) - P(0|s) into equal-width bins between its
-smallest and largest value (paper.md section 3: 20 bins); each bin reports the mean, the std and the count.
-Rank correlations: E_s^T v with alpha_s (monotone), E_s^T p with |alpha_s| (important tokens score high).
-K > 2 classes: E_s^T v_k is binned by the class-k signed frequency alpha_s^(k), as in the rebuttal's
-multi-class tables, and the v metrics average over the classes.
+The statistics are those of the held-out (test) split (prepare's `heldout_` columns): a model also fits the
+noise of its own training labels, so against the training split's statistics its scores line up even when the
+labels are shuffled. A token counts when it occurs in training and at least `min_count` times in the held-out
+split.
+
+- Curves: E_s^T p and E_s^T v binned by the posterior difference P(1|s) - P(0|s) (K > 2 classes: E_s^T v_k
+  by the class-k document frequency, the scale of the rebuttal's tables), equal-width bins between its
+  smallest and largest value (the paper's tables) or quantile bins; a bin with fewer than `min_bin_tokens`
+  tokens is left out (mean and std NaN, its count kept).
+- Rank statistics, per token: E_s^T v with alpha_s (K classes: each v_k with alpha_s^(k), the smallest over
+  the classes); on each side of 0, E_s^T p with |posterior difference| (the two arms of the U) and E_s^T v
+  with the posterior difference.
+- Spread: the mean per-bin std, and the same over the range of the bin means, which does not move with the
+  scale of p and v.
 """
 
 from __future__ import annotations
@@ -15,65 +24,124 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from toksel.data.token_table import class_alphas, importance, num_classes, occurring
+from toksel.data.token_table import num_classes, occurring
 
 
 @dataclass(frozen=True)
 class BinnedCurve:
     centres: np.ndarray
-    counts: np.ndarray
-    means: np.ndarray  # NaN for an empty bin
-    stds: np.ndarray  # population std; NaN for an empty bin
+    counts: np.ndarray  # tokens per bin, also of the bins left out
+    means: np.ndarray  # NaN for a bin left out (fewer than min_bin_tokens tokens)
+    stds: np.ndarray  # population std; NaN for a bin left out
+
+    @property
+    def kept(self) -> np.ndarray:
+        return np.isfinite(self.means)
 
     @property
     def mean_std(self) -> float:
-        """The spread of the scores around their curve: the mean per-bin std over bins with two tokens or more."""
-        return float(np.mean(self.stds[self.counts >= 2]))
+        """The spread of the scores around their curve: the mean per-bin std over the kept bins of 2+ tokens."""
+        stds = self.stds[self.kept & (self.counts >= 2)]
+        return float(np.mean(stds)) if len(stds) else float("nan")
 
     @property
     def relative_spread(self) -> float:
         """mean_std over the range of the bin means: the same spread, free of the scores' scale (|p| and |v|
         grow with training, and differently with and without trained embeddings)."""
-        return self.mean_std / float(np.nanmax(self.means) - np.nanmin(self.means))
+        means = self.means[self.kept]
+        span = float(means.max() - means.min()) if len(means) > 1 else 0.0
+        return self.mean_std / span if span > 0 else float("nan")
 
     @property
     def argmin_centre(self) -> float:
         """Where the curve has its minimum (the bottom of the U for E_s^T p)."""
-        return float(self.centres[np.nanargmin(self.means)])
+        return float(self.centres[np.nanargmin(self.means)]) if self.kept.any() else float("nan")
 
     def as_frame(self) -> pd.DataFrame:
         return pd.DataFrame({"centre": self.centres, "count": self.counts, "mean": self.means, "std": self.stds})
 
 
-def binned_curve(x: np.ndarray, y: np.ndarray, bins: int) -> BinnedCurve:
-    edges = np.linspace(x.min(), x.max(), bins + 1)
+def bin_edges(x: np.ndarray, bins: int, binning: str = "equal_width") -> np.ndarray:
+    """bins + 1 edges over x: equal width between its extremes, or its quantiles (equal token counts)."""
+    if binning == "quantile":
+        return np.quantile(x, np.linspace(0, 1, bins + 1))
+    return np.linspace(x.min(), x.max(), bins + 1)
+
+
+def binned_curve(x: np.ndarray, y: np.ndarray, bins: int, binning: str = "equal_width",
+                 min_bin_tokens: int = 1) -> BinnedCurve:
+    edges = bin_edges(x, bins, binning)
     index = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)  # the max goes in the last bin
     counts = np.bincount(index, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.bincount(index, weights=y, minlength=bins) / counts
         stds = np.sqrt(np.bincount(index, weights=(y - means[index]) ** 2, minlength=bins) / counts)
+    small = counts < min_bin_tokens
+    means[small], stds[small] = np.nan, np.nan
     return BinnedCurve((edges[:-1] + edges[1:]) / 2, counts, means, stds)
 
 
-def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray, bins: int,
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation; NaN with fewer than three tokens or a constant side."""
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def smallest(values: list[float]) -> float:
+    """The smallest value; NaN when any is NaN (a side or class that could not be measured decides nothing)."""
+    return float("nan") if any(np.isnan(values)) else float(min(values))
+
+
+def side_rises(score: np.ndarray, x: np.ndarray, against_abs: bool) -> tuple[float, float]:
+    """(positive side, negative side): Spearman of the score with |x| (against_abs) or with x, over the tokens
+    with x > 0 and over those with x < 0."""
+    positive, negative = x > 0, x < 0
+    along = np.abs(x) if against_abs else x
+    return _spearman(score[positive], along[positive]), _spearman(score[negative], along[negative])
+
+
+def heldout_tokens(tokens: pd.DataFrame, min_count: int, among: np.ndarray | None = None) -> np.ndarray:
+    """The tokens the curves use: occurring in training, `min_count` times or more in the held-out split (and
+    in `among`, a bool mask, if given)."""
+    kept = occurring(tokens) & (tokens["heldout_count"].to_numpy() >= min_count)
+    return kept if among is None else kept & among
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    bins: int = 20
+    binning: str = "equal_width"
+    min_bin_tokens: int = 1
+    min_count: int = 1  # held-out occurrences a token needs
+
+
+def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
                  among: np.ndarray | None = None) -> tuple[dict[str, float], dict[str, BinnedCurve]]:
-    """Metrics and curves over the tokens that occur in training (and are in `among`, a bool mask, if given).
-    score_v: (|S|,), or (|S|, K) for K classes."""
-    present = occurring(tokens) if among is None else occurring(tokens) & among
-    x = tokens["posterior_difference"].to_numpy()[present]
-    p = score_p[present]
-    curves = {"p": binned_curve(x, p, bins)}
-    metrics = {"spearman_p_abs_alpha": float(spearmanr(p, importance(tokens)[present]).statistic)}
+    """Metrics and curves over the held-out tokens. score_v: (|S|,), or (|S|, K) for K classes."""
+    kept = heldout_tokens(tokens, settings.min_count, among)
+    x = tokens["heldout_posterior_difference"].to_numpy()[kept]
+    p = score_p[kept]
+
+    def curve(along: np.ndarray, values: np.ndarray) -> BinnedCurve:
+        return binned_curve(along, values, settings.bins, settings.binning, settings.min_bin_tokens)
+
+    curves = {"p": curve(x, p)}
+    rise_positive, rise_negative = side_rises(p, x, against_abs=True)
+    metrics = {"tokens_used": float(kept.sum()), "u_rise_positive": rise_positive, "u_rise_negative": rise_negative,
+               "u_rise": smallest([rise_positive, rise_negative])}
     classes = num_classes(tokens)
     if classes == 2:
-        curves["v"] = binned_curve(x, score_v[present], bins)
-        metrics["spearman_v_alpha"] = float(spearmanr(score_v[present], tokens["alpha"].to_numpy()[present]).statistic)
+        v = score_v[kept]
+        curves["v"] = curve(x, v)
+        metrics["spearman_v_alpha"] = _spearman(v, tokens["heldout_alpha"].to_numpy()[kept])
+        metrics["v_rise_positive"], metrics["v_rise_negative"] = side_rises(v, x, against_abs=False)
     else:
-        alphas = class_alphas(tokens)[:, present]
         for k in range(classes):
-            curves[f"v_class_{k}"] = binned_curve(alphas[k], score_v[present, k], bins)
-            metrics[f"spearman_v_alpha_class_{k}"] = float(spearmanr(score_v[present, k], alphas[k]).statistic)
-        metrics["spearman_v_alpha"] = float(np.mean([metrics[f"spearman_v_alpha_class_{k}"] for k in range(classes)]))
+            v_k = score_v[kept, k]
+            curves[f"v_class_{k}"] = curve(tokens[f"heldout_presence_class_{k}"].to_numpy()[kept], v_k)
+            metrics[f"spearman_v_alpha_class_{k}"] = _spearman(v_k, tokens[f"heldout_alpha_class_{k}"].to_numpy()[kept])
+        metrics["spearman_v_alpha"] = smallest([metrics[f"spearman_v_alpha_class_{k}"] for k in range(classes)])
     v_curves = [curve for name, curve in curves.items() if name != "p"]
     metrics |= {
         "bin_std_p": curves["p"].mean_std,

@@ -1,7 +1,9 @@
 """The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR without copying the split.
 
 The train split is divided (seeded) into train and validation rows; the test split is kept whole. max_train and
-max_test cut either to a seeded subset first (0: all rows). A batch is a dict of tensors (what Lightning moves
+max_test cut either to a seeded subset first (0: all rows). `label_seed` shuffles the train split's labels
+(PackedSplit.with_shuffled_labels) before it is divided: the negative controls train and validate on shuffled
+labels and are tested on the true ones. A batch is a dict of tensors (what Lightning moves
 to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
 
 Under DDP every process draws the same batches (same seed) and trains on its strided share of each: the
@@ -37,17 +39,20 @@ def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = tor
 
 class PackedDataModule(pl.LightningDataModule):
     def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int,
-                 dtype: torch.dtype = torch.float32, max_train: int = 0, max_test: int = 0) -> None:
+                 dtype: torch.dtype = torch.float32, max_train: int = 0, max_test: int = 0,
+                 label_seed: int | None = None) -> None:
         super().__init__()
         self.directory, self.batch_size, self.val_fraction, self.seed, self.dtype = (
             directory, batch_size, val_fraction, seed, dtype)
-        self.max_train, self.max_test = max_train, max_test
+        self.max_train, self.max_test, self.label_seed = max_train, max_test, label_seed
         self.splits: dict[str, tuple[PackedSplit, np.ndarray]] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
         train = PackedSplit.load(self.directory / "train.npz")
+        if self.label_seed is not None:
+            train = train.with_shuffled_labels(self.label_seed)
         test = PackedSplit.load(self.directory / "test.npz")
         order = np.random.default_rng(self.seed).permutation(train.n)[:self.max_train or None]
         held_out = max(1, round(self.val_fraction * len(order)))

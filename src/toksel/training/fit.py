@@ -5,8 +5,8 @@ metrics into the stage's own MLflow run.
 With train.strategy=ddp, Lightning runs one process per device (train.devices x train.num_nodes); each
 trains on its share of every batch (training/data.py) and DDP averages the gradients, which for equal shares is
 the gradient of the whole batch: the fit matches one process's. Every process validates and tests on all rows,
-so early stopping and the best checkpoint agree everywhere. The workers end after the test; rank 0 goes on
-to the outputs and the MLflow run.
+so early stopping and the best checkpoint agree everywhere. Every process goes through the same fits; only rank
+0 writes outputs and logs (training/protocol.py ends the workers after their last fit).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import MLFlowLogger
 
 from toksel.config import TrainConfig
-from toksel.distributed import WorkerFinished, is_worker
+from toksel.distributed import is_worker
 from toksel.errors import ToksError
+from toksel.memory import keep_freed_memory
 from toksel.tracking import StageRun, experiment_name, tracking_uri
 from toksel.training.classifier import ClassifierModule
 from toksel.training.data import PackedDataModule
@@ -67,6 +68,7 @@ class FitResult:
     seconds: float  # this process's fit and test
     test: dict[str, float]  # test_loss, test_accuracy and the test attention metrics
     fitted: dict[str, float]  # best_train_loss, ..._accuracy, best_val_...: the best model on the whole splits
+    norms: dict[str, float]  # norm_p, norm_v, mean_norm_E of the best model
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,15 @@ class StopOnNonFiniteLoss(pl.Callback):
             return
         raise ToksError(f"training diverged: the loss became {float(loss)} at epoch {trainer.current_epoch}, step "
                         f"{trainer.global_step} (lr {module.lr}): lower the learning rate (train.lr or "
-                        "train.frozen_lr)")
+                        "train.lr_grid)")
+
+
+class LogNorms(pl.Callback):
+    """|p|, |v| and the mean |E_s| after every training epoch (MLflow curves norm_p, norm_v, mean_norm_E)."""
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        for name, value in module.norms().items():
+            module.log(name, value, on_epoch=True, sync_dist=False)
 
 
 def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
@@ -115,6 +125,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     last checkpoint.
     """
     start = time.perf_counter()
+    keep_freed_memory()
     pl.seed_everything(seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
     best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val_loss", save_last=True)
@@ -124,7 +135,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         use_distributed_sampler=False,  # the data module shares each batch out itself
         logger=StageLogger(experiment_name=experiment_name(), tracking_uri=tracking_uri(), run_id=run.run_id),
         callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
-                   *callbacks],
+                   LogNorms(), *callbacks],
         enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints,
     )
@@ -138,10 +149,9 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         # LeafSpec: Lightning on torch 2.13
         trainer.fit(module, datamodule=data, ckpt_path=None if resume is None else resume.checkpoint)
         tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
-    if trainer.global_rank != 0:
-        raise WorkerFinished
     return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=None if resume is None else resume.epoch,
                      seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
+                     norms=module.norms(),
                      fitted={f"best_{name}_{kind}": value for name in ("train", "val")
                              for kind, value in _full_pass(module, data, name).items()})
 

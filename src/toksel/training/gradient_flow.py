@@ -40,15 +40,19 @@ def run_gradient_flow(
     normalized: bool = False,
     log_every: int = 100,
     progress: bool = False,
+    penalty: float = 0.0,
 ) -> Trajectory:
-    """GD on p for `steps` steps; logs step 0, every `log_every` steps, and the last step."""
+    """GD on p for `steps` steps; logs step 0, every `log_every` steps, and the last step.
+
+    penalty: GD on the loss plus penalty/2 |p|^2 instead (a loss with a finite minimiser: Lemma 4.2's control).
+    """
     values = E @ v  # b = E v (B = E V) is fixed while only p moves
     return _descend(np.ascontiguousarray(E), p0.astype(np.float64, copy=True), values, bags, steps, lr,
-                    normalized, log_every, progress)
+                    normalized, log_every, progress, penalty)
 
 
 def _descend(E: np.ndarray, p: np.ndarray, values: np.ndarray, bags: FusedBags, steps: int, lr: float,
-             normalized: bool, log_every: int, progress: bool) -> Trajectory:
+             normalized: bool, log_every: int, progress: bool, penalty: float) -> Trajectory:
     logged_steps, losses, snapshots = [], [], []
 
     def log(step: int, loss: float) -> None:
@@ -65,6 +69,8 @@ def _descend(E: np.ndarray, p: np.ndarray, values: np.ndarray, bags: FusedBags, 
         if step == steps:
             break
         gradient = transposed_product(E, grad_scores)
+        if penalty:
+            gradient += penalty * p
         largest = np.abs(gradient).max()
         if largest == 0:  # every non-selected exp(score) underflowed: float64 can follow the flow no further
             warnings.warn(f"gradient flow: the gradient underflowed to 0 at step {step}; stopping there",

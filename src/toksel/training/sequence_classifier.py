@@ -37,3 +37,6 @@ class SequenceModule(ClassifierModule):
         """p^T W2 E_s (p^T E_s unless W_KQ is trained: the rebuttal's plotted score) and E_s^T v."""
         E = self.model.E
         return as_numpy(E @ self.model.cls_direction()), as_numpy(E @ self.model.v)
+
+    def embeddings(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.model.E, self.model.p, self.model.v

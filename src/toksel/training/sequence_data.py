@@ -82,8 +82,10 @@ class SequenceDataModule(PackedDataModule):
     the training batches bucketed by length unless `bucketed` is False."""
 
     def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int, bucketed: bool = True,
-                 max_len: int | None = None, max_train: int = 0, max_test: int = 0) -> None:
-        super().__init__(directory, batch_size, val_fraction, seed, max_train=max_train, max_test=max_test)
+                 max_len: int | None = None, max_train: int = 0, max_test: int = 0,
+                 label_seed: int | None = None) -> None:
+        super().__init__(directory, batch_size, val_fraction, seed, max_train=max_train, max_test=max_test,
+                         label_seed=label_seed)
         self.bucketed, self.max_len = bucketed, max_len
 
     def trained_tokens(self) -> np.ndarray:

@@ -1,0 +1,93 @@
+"""The claims of one dataset measured on what the stages wrote: per seed, the one_step and gradient_flow
+stages' metrics and the three embedding arms' training runs (toksel.claims reads them).
+
+Besides each claim's own protocol (every arm at its tuned learning rate), the training claims whose verdict
+depends on the protocol are measured again under other protocols, for the report's sensitivity table:
+`matched lr` (every arm at train.lr, read from the runs of each arm's grid) and, for the spread ratios, the
+`theory protocol` (E frozen at E1, v at v0, p from gradient_flow: the setting of Lemma 4.1 and Theorem 4.3).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from toksel.claims import CLAIMS, Measurement, in_scope, measure
+from toksel.config import EMBEDDINGS, Config
+from toksel.io import read_json, read_npz
+from toksel.paths import results_dir, seed_dir
+from toksel.theory.token_curves import CurveSettings, token_curves
+
+Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics
+PROTOCOL_CLAIMS = ("accuracy_gap", "spread_ratio_v", "spread_ratio_p")
+MATCHED, THEORY = "matched lr", "theory protocol"
+
+
+def seed_metrics(folder: Path, seeds: list[int], name: str = "metrics.json") -> dict[int, dict[str, Any]]:
+    """Each seed's metrics under folder/seed<k>/; {} for a seed whose run is missing."""
+    return {seed: read_json(path) if (path := seed_dir(folder, seed) / name).exists() else {} for seed in seeds}
+
+
+def dataset_runs(dataset: str, config: Config) -> Runs:
+    """seed -> {"step": one_step metrics, "flow": gradient_flow metrics, arm: that arm's training metrics}."""
+    seeds = config.base.seeds
+    runs: Runs = {seed: {} for seed in seeds}
+    for name, folder in (("step", results_dir("one_step", dataset)), ("flow", results_dir("gradient_flow", dataset)),
+                         *((arm, results_dir("train", f"{dataset}/{arm}")) for arm in EMBEDDINGS)):
+        for seed, metrics in seed_metrics(folder, seeds).items():
+            runs[seed][name] = metrics
+    return runs
+
+
+def matched_runs(dataset: str, config: Config) -> Runs:
+    """seed -> arm -> the metrics of that arm's grid trial at train.lr (grid.csv)."""
+    runs: Runs = {seed: {} for seed in config.base.seeds}
+    for arm in EMBEDDINGS:
+        for seed in config.base.seeds:
+            path = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed) / "grid.csv"
+            if path.exists():
+                grid = pd.read_csv(path)
+                row = grid[np.isclose(grid["lr"], config.train.lr)]
+                if len(row):
+                    runs[seed][arm] = {key: _plain(value) for key, value in row.iloc[0].items()}
+    return runs
+
+
+def _plain(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def theory_protocol_metrics(dataset: str, tokens: pd.DataFrame, seed: int, curves: CurveSettings) -> dict[str, Any]:
+    """The token-curve metrics of E1 with v0 and p_T from gradient flow (the one_step and gradient_flow stages of
+    `seed`); {} if either has not run."""
+    embeddings_path = seed_dir(results_dir("one_step", dataset), seed) / "embeddings.npz"
+    trajectory_path = seed_dir(results_dir("gradient_flow", dataset), seed) / "trajectory.npz"
+    if not (embeddings_path.exists() and trajectory_path.exists()):
+        return {}
+    embeddings = read_npz(embeddings_path, "one_step")
+    p_final = read_npz(trajectory_path, "gradient_flow")["p"][-1]
+    E1 = embeddings["E1"]
+    return token_curves(tokens, E1 @ p_final, E1 @ embeddings["v"], curves)[0]
+
+
+def dataset_measurements(dataset: str, config: Config, tokens: pd.DataFrame, curves: CurveSettings,
+                         details: dict[str, str] | None = None) -> list[Measurement]:
+    """Every claim judged on `dataset` (config: its resolved config), and the protocol variants of the
+    training claims; details: claim id -> a few words on what was measured."""
+    runs, details = dataset_runs(dataset, config), details or {}
+    claims = [claim for claim in CLAIMS if claim.producer == "evaluate" and in_scope(claim, dataset, config.data, config)]
+    measured = [measure(claim, dataset, runs, details.get(claim.id, "")) for claim in claims]
+    variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
+    if not variants:
+        return measured
+    matched = matched_runs(dataset, config)
+    measured += [measure(claim, dataset, matched, protocol=MATCHED) for claim in variants]
+    theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, tokens, seed, curves)}
+              for seed in config.base.seeds}
+    measured += [measure(claim, dataset, theory, protocol=THEORY) for claim in variants
+                 if claim.id.startswith("spread_ratio")]
+    return measured

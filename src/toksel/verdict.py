@@ -1,0 +1,80 @@
+"""From a claim's measurements to an interval and a three-way verdict.
+
+A claim is measured once per seed (or, for a few claims, with an interval its own method gives: the bracket
+of a grid, the confidence interval of a fitted slope). The seeds' values give a 95 % interval for their mean,
+Student's t with n - 1 degrees of freedom: mean +- t(0.975, n - 1) std / sqrt(n), std the sample standard
+deviation. The verdict compares the whole interval with the threshold:
+
+- `holds` when the interval lies on the claim's side of the threshold (the threshold itself included),
+- `fails` when it lies strictly on the other side,
+- `inconclusive` when it straddles the threshold, or when there is no interval (a single seed),
+- `not computed` when no seed gave a finite value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy.stats import t as student_t
+
+CONFIDENCE = 0.95
+VERDICTS = ("holds", "fails", "inconclusive", "not computed")
+
+
+@dataclass(frozen=True)
+class Interval:
+    values: tuple[float, ...]  # the finite measurements it summarises (one per seed)
+    mean: float  # their mean (for a method's own interval: its point estimate)
+    std: float  # their sample std (NaN below two values)
+    low: float  # the interval's ends; NaN when there is none
+    high: float
+    method: str  # how the ends were found, in words
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def exists(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+
+def _finite(values: Sequence[float | None]) -> tuple[float, ...]:
+    return tuple(float(value) for value in values if value is not None and math.isfinite(value))
+
+
+def seed_interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Interval:
+    """The t-interval of the mean of the finite `values`; no ends with fewer than two."""
+    kept = _finite(values)
+    n = len(kept)
+    if n == 0:
+        return Interval((), math.nan, math.nan, math.nan, math.nan, "no value")
+    mean = math.fsum(kept) / n
+    if n == 1:
+        return Interval(kept, mean, math.nan, math.nan, math.nan, "one seed: no interval")
+    std = math.sqrt(math.fsum((value - mean) ** 2 for value in kept) / (n - 1))
+    half = float(student_t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    return Interval(kept, mean, std, mean - half, mean + half, f"{confidence:.0%} t-interval over {n} seeds")
+
+
+def given_interval(estimate: float | None, low: float | None, high: float | None, method: str) -> Interval:
+    """An interval a measurement brings itself (a grid's bracket, a regression's confidence interval)."""
+    if estimate is None or not math.isfinite(estimate):
+        return Interval((), math.nan, math.nan, math.nan, math.nan, "no value")
+    ends = [math.nan if end is None else float(end) for end in (low, high)]
+    return Interval((float(estimate),), float(estimate), math.nan, min(ends), max(ends), method)
+
+
+def judge(interval: Interval, comparison: str, threshold: float) -> str:
+    """`holds`, `fails`, `inconclusive` or `not computed`: where the interval lies against the threshold."""
+    if comparison not in (">=", "<="):
+        raise ValueError(f"comparison must be '>=' or '<=', got {comparison!r}")
+    if interval.n == 0:
+        return "not computed"
+    if not interval.exists:
+        return "inconclusive"
+    if comparison == ">=":
+        return "holds" if interval.low >= threshold else "fails" if interval.high < threshold else "inconclusive"
+    return "holds" if interval.high <= threshold else "fails" if interval.low > threshold else "inconclusive"
