@@ -2,7 +2,7 @@
 one step between the fused pass and the two products with E, the bytes a step moves against the memory
 bandwidth this machine measures, and the least time any pass over the corpus entries takes here.
 
-Needs the dataset's `prepare` and `one_step` outputs:  dvc repro one_step@imdb
+Needs the dataset's `prepare` and `one_step` outputs:  dvc repro one_step@imdb-0
 Run:  python -m benchmarks.gradient_flow_rate [dataset] [repeats]
 """
 
@@ -21,7 +21,7 @@ from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import read_npz
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
-from toksel.paths import processed_dir, results_dir
+from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.training.gradient_flow import run_gradient_flow
 
 STEPS = 100
@@ -75,7 +75,7 @@ class StepRate:
 def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
     train = PackedSplit.load(processed_dir(dataset) / "train.npz")
     bags = FusedBags.from_split(train, num_classes(read_token_table(processed_dir(dataset) / "tokens.csv")))
-    embeddings = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
+    embeddings = read_npz(seed_dir(results_dir("one_step", dataset), 0) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(embeddings["E1"]), embeddings["p0"], embeddings["v"]
     values = E @ v
 

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark on the real data, in one process, written to benchmarks/results.md.
 
-Needs the pipeline's IMDB outputs (dvc repro one_step@imdb, or make repro) and, for the peak-memory table, the
+Needs the pipeline's IMDB outputs (dvc repro one_step@imdb-0, or make repro) and, for the peak-memory table, the
 stages' metrics.json. Run:  python -m benchmarks.run [--repeats 5] [--out benchmarks/results.md]
 """
 
@@ -31,7 +31,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.prepared import prepare_text
 from toksel.io import read_npz
 from toksel.models.fused import FusedBags
-from toksel.paths import processed_dir, results_dir
+from toksel.paths import processed_dir, results_dir, seed_dir
 
 DATASET = "imdb"
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def machine() -> list[str]:
 def loss_and_gradient(repeats: int) -> list[str]:
     train = PackedSplit.load(processed_dir(DATASET) / "train.npz")
     bags = FusedBags.from_split(train)
-    start = read_npz(results_dir("one_step", DATASET) / "embeddings.npz", producer="one_step")
+    start = read_npz(seed_dir(results_dir("one_step", DATASET), 0) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(start["E1"]), start["p0"] * 10, start["v"]  # a peaked softmax, as after GD
     bag_gradients(E, p, v, bags)  # compile
     bag = timed(lambda: bag_gradients(E, p, v, bags), repeats)
@@ -142,7 +142,8 @@ def gradient_flow_stage(repeats: int) -> list[str]:
         command = [sys.executable, "-m", "pipelines.gradient_flow", f"dataset={DATASET}"]
         stage = timed(lambda: subprocess.run(command, cwd=project, env=env, check=True, capture_output=True),
                       repeats)
-        metrics = json.loads((project / "results" / "gradient_flow" / DATASET / "metrics.json").read_text())
+        written = seed_dir(project / "results" / "gradient_flow" / DATASET, 0) / "metrics.json"
+        metrics = json.loads(written.read_text())
     settings = load_config([f"dataset={DATASET}"]).gradient_flow
     return [f"`python -m pipelines.gradient_flow dataset={DATASET}` ({settings.steps:,} steps, logging every "
             f"{settings.log_every}, MLflow and outputs included, a fresh process each time): median "
@@ -230,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-measure only the sections whose title holds one of these words, and replace them "
                              "in --out (the dense baseline alone takes about 18 minutes)")
     args = parser.parse_args(argv)
-    if not (results_dir("one_step", DATASET) / "embeddings.npz").exists():
+    if not (seed_dir(results_dir("one_step", DATASET), 0) / "embeddings.npz").exists():
         print(f"benchmarks: {results_dir('one_step', DATASET)}/embeddings.npz is missing: run "
-              f"`dvc repro one_step@{DATASET}` first", file=sys.stderr)
+              f"`dvc repro one_step@{DATASET}-0` first", file=sys.stderr)
         return 2
     sections = {
         "Machine": machine,

@@ -22,7 +22,7 @@ from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import read_npz
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.paths import processed_dir, results_dir
+from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.training.classifier import BagClassifier, ClassifierModule
 from toksel.training.data import PackedDataModule
 from toksel.training.fit import parameter_dtype
@@ -83,7 +83,7 @@ def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Th
     settings = config.train
     dtype = parameter_dtype(settings.precision)
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
-    start = read_npz(results_dir("one_step", dataset) / "embeddings.npz", producer="one_step")
+    start = read_npz(seed_dir(results_dir("one_step", dataset), 0) / "embeddings.npz", producer="one_step")
     E, p, v = (torch.tensor(start[name], dtype=dtype) for name in ("E0", "p0", "v"))
     module = BagClassifier(E, p, v, torch.tensor(tokens["important"].to_numpy(dtype=bool)), train_embeddings=True,
                            optimizer=settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay)

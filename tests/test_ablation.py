@@ -11,14 +11,15 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import ablation, prepare
-from tests.helpers import TINY
+from tests.helpers import TINY, seed_folder
 from toksel.config import SEQUENCE_VARIANTS
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.rebuttal import TABLES, shape_agreement
 from toksel.training.sequence_classifier import SequenceModule
 
-SMALL = ["sequence.cpu.d=32", "sequence.batch_size=16", "train.max_epochs=4", "train.patience=4", "train.lr=0.02"]
+SMALL = ["sequence.cpu.d=32", "sequence.batch_size=16", "train.max_epochs=4", "train.patience=4", "train.lr=0.02",
+         "train.lr_grid=[0.02]", "train.heldout_min_count=1"]
 
 
 def test_every_configured_variant_has_a_layout():
@@ -49,29 +50,43 @@ def test_the_focus_of_the_attention_matches_a_count_sequence_by_sequence():
 def test_the_ablation_stage_trains_a_two_layer_model_with_w_kq_and_records_it(project):
     assert prepare.main(TINY) == 0
     assert ablation.main([*TINY, *SMALL, "sequence.variant=two_layer_kq", "sequence.cpu.max_len=4"]) == 0
-    out = project / "results" / "ablation" / "synthetic" / "two_layer_kq"
+    out = seed_folder(project, "ablation", "synthetic/two_layer_kq")
     metrics = json.loads((out / "metrics.json").read_text())
     # Cut to 4 of 6 tokens, a third of the sequences lose their one relevant token: far above chance all the same.
     assert metrics["best_train_loss"] < 0.5 * np.log(2) and metrics["test_accuracy"] > 0.7
     assert metrics["d"] == 32 and metrics["train_rows"] == 72 and 0 <= metrics["padding_fraction"] < 0.05
+    assert metrics["lr"] == 0.02 and metrics["control_test_accuracy"] < metrics["test_accuracy"]
     bins = pd.read_csv(out / "bins.csv")
     assert {"centre_p", "mean_p", "std_p", "centre_v", "mean_v"} <= set(bins.columns)
     assert (out / "token_scores.png").stat().st_size > 10_000
-    assert not (project / "checkpoints" / "ablation" / "synthetic" / "two_layer_kq").exists()
+    assert not (project / "checkpoints" / "ablation" / "synthetic" / "two_layer_kq" / "seed0").exists()
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'ablation'")
-    assert len(runs) == 1 and runs[0].data.tags["variant"] == "two_layer_kq"
+    every = client.search_runs([client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'ablation'")
+    runs = [run for run in every if "toksel.trial" not in run.data.tags]
+    assert len(runs) == 1 and runs[0].data.tags["variant"] == "two_layer_kq" and runs[0].data.tags["seed"] == "0"
     assert runs[0].info.status == "FINISHED"
-    losses = [point.value for point in client.get_metric_history(runs[0].info.run_id, "train_loss_epoch")]
+    trial = next(run for run in every if run.data.tags.get("labels") == "true")
+    losses = [point.value for point in client.get_metric_history(trial.info.run_id, "train_loss_epoch")]
     assert len(losses) == 4 and losses[-1] < 0.5 * losses[0]
+
+
+def test_the_residual_mlp_head_keeps_the_attention_output():
+    init = initialise(5, 4, seed=0)
+    plain = SequenceClassifier(init.E, init.p, init.v, mlp=True, seed=1)
+    residual = SequenceClassifier(init.E, init.p, init.v, mlp=True, residual=True, seed=1)
+    X, mask = torch.tensor([[0, 1, 2]]), torch.ones(1, 3, dtype=torch.bool)
+    _, q, _ = plain.readout(X, mask)
+    z = torch.einsum("nt,ntd->nd", q, plain.hidden(X, mask))
+    torch.testing.assert_close(plain(X, mask), plain.mlp(z) @ plain.v)
+    torch.testing.assert_close(residual(X, mask), (z + residual.mlp(z)) @ residual.v)
 
 
 @pytest.mark.parametrize("table", TABLES, ids=lambda table: table.name)
 def test_a_curve_of_the_tables_shape_agrees_and_its_mirror_image_does_not(table):
-    centres = 0.9 * np.asarray(table.x)  # another x scale, and other y units
-    means = 3 * np.asarray(table.means) + 1
+    centres = np.asarray(table.x)
+    means = 3 * np.asarray(table.means) + 1  # other y units
     same = shape_agreement(table, centres, means)
-    assert same.spearman > 0.99 and same.our_min_x == pytest.approx(0.9 * same.their_min_x)
+    assert same.spearman > 0.99 and same.our_min_x == pytest.approx(same.their_min_x)
     assert shape_agreement(table, centres, -means).spearman < -0.99
 
 
@@ -86,6 +101,5 @@ def test_empty_bins_are_left_out_of_the_comparison():
 def test_only_the_tables_bins_inside_the_range_of_ours_are_compared():
     table = TABLES[0]  # MLP: E_s^T v, rising on x > 0
     x, means = np.asarray(table.x), np.asarray(table.means)
-    ours = shape_agreement(table, x[x > 0], means[x > 0])  # our curve covers x in [0.01, 0.89] only
-    # Scaled, ours spans [0.01/0.89, 1] and the table's x > 0 sit at x/0.95: 0.01 falls just outside.
+    ours = shape_agreement(table, x[x > 0.05], means[x > 0.05])  # our curve covers x in [0.11, 0.89] only
     assert ours.bins_compared == 9 and ours.spearman == pytest.approx(1.0)

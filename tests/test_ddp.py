@@ -7,7 +7,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import train
-from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process
+from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, seed_folder
 from toksel.config import load_config
 from toksel.errors import ToksError
 
@@ -16,7 +16,7 @@ SETTINGS = [*TINY, *TINY_TRAIN, "train.accelerator=cpu"]
 
 
 def _metrics(project) -> dict[str, float | None]:
-    return json.loads((project / "results" / "train" / "synthetic" / "trained" / "metrics.json").read_text())
+    return json.loads((seed_folder(project, "train", "synthetic/trained") / "metrics.json").read_text())
 
 
 def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
@@ -37,16 +37,20 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     assert distributed["test_accuracy"] == single["test_accuracy"]
 
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                              filter_string="tags.stage = 'train'")
+    every = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
+                               filter_string="tags.stage = 'train'")
+    runs = [run for run in every if "toksel.trial" not in run.data.tags]  # the stages, not their trials
     parents = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
     assert len(runs) == 2 and len(parents) == 2  # one run per training, the two-process one included
+    assert len(every) == 6  # each with its trial at the one learning rate and its control, logged once
     ddp_parents = client.search_runs([runs[0].info.experiment_id], filter_string="tags.`toksel.pipeline_key` = 'ddp'")
     assert len(ddp_parents) == 1
     ddp_run = parents[ddp_parents[0].info.run_id]
     assert ddp_run.info.status == "FINISHED" and ddp_run.data.params["train.devices"] == "2"
     assert ddp_run.data.metrics["test_accuracy"] == pytest.approx(distributed["test_accuracy"])
-    assert len(client.get_metric_history(ddp_run.info.run_id, "train_loss_epoch")) == 6  # rank 0 logged, once
+    trial = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_run.info.run_id
+                 and run.data.tags["labels"] == "true")
+    assert len(client.get_metric_history(trial.info.run_id, "train_loss_epoch")) == 6  # rank 0 logged, once
 
 
 def test_more_than_one_process_needs_the_ddp_strategy(project):

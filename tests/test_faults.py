@@ -13,7 +13,7 @@ import pandas as pd
 from mlflow import MlflowClient
 
 from pipelines import gradient_flow, one_step, prepare, train
-from tests.helpers import ROOT, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, start_stage
+from tests.helpers import ROOT, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, seed_folder, start_stage
 
 LONG_FLOW = [*TINY, "gradient_flow.steps=30000", "gradient_flow.log_every=1000"]  # seconds of GD
 
@@ -23,9 +23,11 @@ def _client(project: Path) -> MlflowClient:
 
 
 def _runs(project: Path, stage: str) -> list:
+    """The stage's runs (not the trials nested under them), oldest first."""
     client = _client(project)
-    return client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                              filter_string=f"tags.stage = '{stage}'", order_by=["attributes.start_time ASC"])
+    found = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
+                               filter_string=f"tags.stage = '{stage}'", order_by=["attributes.start_time ASC"])
+    return [run for run in found if "toksel.trial" not in run.data.tags]
 
 
 def _wait_until(condition: Callable[[], bool], process, seconds: float = 120) -> None:
@@ -55,7 +57,7 @@ def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(
     time.sleep(0.3)  # into the descent
     process.kill()  # SIGKILL: nothing in the stage runs after this
     process.wait()
-    outputs = prepared / "results" / "gradient_flow" / "synthetic"
+    outputs = seed_folder(prepared, "gradient_flow", "synthetic")
     _assert_whole(outputs)
     assert [run.info.status for run in _runs(prepared, "gradient_flow")] == ["RUNNING"]  # what kill -9 leaves
 
@@ -72,7 +74,7 @@ def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(
 
 def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
     args = [*TINY, *TINY_TRAIN, "train.max_epochs=10", "train.patience=10"]
-    last = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "last.ckpt"
+    last = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0" / "lr0.02" / "last.ckpt"
     process = start_stage("train", args, prepared)
     _wait_until(last.exists, process)
     process.kill()
@@ -81,7 +83,7 @@ def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
 
     rerun = run_stage_process("train", args, prepared)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    metrics = json.loads((prepared / "results" / "train" / "synthetic" / "trained" / "metrics.json").read_text())
+    metrics = json.loads((seed_folder(prepared, "train", "synthetic/trained") / "metrics.json").read_text())
     assert metrics["resumed_from_epoch"] >= 1 and metrics["epochs"] == 10
     assert not last.exists()  # finished: nothing left to resume
     assert [run.info.status for run in _runs(prepared, "train")] == ["KILLED", "FINISHED"]
@@ -105,7 +107,7 @@ def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, t
         parent = client.search_runs([runs[0].info.experiment_id],
                                     filter_string=f"tags.`toksel.pipeline_key` = 'concurrent-{i}'")[0]
         run = run_of_parent[parent.info.run_id]
-        history = pd.read_csv(folder / "results" / "gradient_flow" / "synthetic" / "history.csv")
+        history = pd.read_csv(seed_folder(folder, "gradient_flow", "synthetic") / "history.csv")
         for name in ("loss", "p_norm", "selection_fraction"):
             logged = client.get_metric_history(run.info.run_id, name)
             assert len(logged) == len(history) == 1001, name
@@ -114,10 +116,10 @@ def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, t
 
 
 def test_a_training_whose_loss_overflows_stops_with_a_clear_error(prepared, capsys):
-    assert train.main([*TINY, *TINY_TRAIN, "train.lr=1e30"]) == 2
+    assert train.main([*TINY, *TINY_TRAIN, "train.lr=1e30", "train.lr_grid=[1e30]"]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("train: training diverged: the loss became nan at epoch 0") and "lower" in error
-    assert not (prepared / "results" / "train" / "synthetic" / "trained" / "metrics.json").exists()
+    assert not (seed_folder(prepared, "train", "synthetic/trained") / "metrics.json").exists()
     assert [run.info.status for run in _runs(prepared, "train")] == ["FAILED"]
 
 

@@ -12,9 +12,14 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import TINY
+from tests.helpers import TINY, seed_folder
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
+SEEDED = ("one_step", "gradient_flow")  # their outputs go to <stage>/<dataset>/seed<k>/
+
+
+def _folder(project, stage):
+    return seed_folder(project, stage, "synthetic") if stage in SEEDED else project / "results" / stage / "synthetic"
 
 
 @pytest.fixture
@@ -26,21 +31,27 @@ def finished_pipeline(project):
 
 def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
     results = finished_pipeline / "results"
-    metrics = {stage: json.loads((results / stage / "synthetic" / "metrics.json").read_text()) for stage in STAGES}
-    assert {"slope", "slope_theory", "pearson_r", "orthogonal_ratio"} <= metrics["one_step"].keys()
-    assert {"loss", "p_norm", "selection_fraction", "cos_max_margin", "normalized_margin",
-            "max_margin_norm"} <= metrics["gradient_flow"].keys()
+    metrics = {stage: json.loads((_folder(finished_pipeline, stage) / "metrics.json").read_text()) for stage in STAGES}
+    assert {"slope", "slope_theory", "pearson_r", "orthogonal_ratio", "control_slope_rel_error",
+            "control_pearson_r"} <= metrics["one_step"].keys()
+    assert {"loss", "p_norm", "selection_fraction", "cos_max_margin", "cos_max_margin_important", "normalized_margin",
+            "max_margin_norm", "p_norm_growth", "control_p_norm_growth", "control_selection_fraction",
+            "control_cos_max_margin_important"} <= metrics["gradient_flow"].keys()
     assert metrics["prepare"]["max_abs_alpha_irrelevant"] == 0.0
     assert all(stage_metrics["peak_memory_mb"] > 50 for stage_metrics in metrics.values())  # a Python with numpy
     assert metrics["one_step"]["slope_theory"] == 20.0  # eta0 = 40 in TINY
-    history = pd.read_csv(results / "gradient_flow" / "synthetic" / "history.csv")
+    history = pd.read_csv(_folder(finished_pipeline, "gradient_flow") / "history.csv")
     assert history["step"].tolist() == list(range(0, 301, 50))
     assert (history["p_norm"].diff().dropna() > 0).all()
     summary = (results / "evaluate" / "synthetic" / "summary.md").read_text()
-    for check in ("lemma41_slope_rel_error", "lemma41_pearson_r", "lemma42_p_norm_increasing",
-                  "lemma44_selection_fraction", "theorem43_cos_max_margin"):
-        assert f"`{check}`" in summary
-        assert metrics["evaluate"][f"{check}_holds"] in (0.0, 1.0)
+    for statement in ("Lemma 4.1: one step on E", "Lemma 4.2:", "Lemma 4.4:", "Theorem 4.3:"):
+        assert statement in summary
+    for claim in ("lemma41_slope", "lemma41_linear", "lemma42_growth", "lemma44_selection", "theorem43_direction"):
+        assert metrics["evaluate"][f"{claim}_holds"] in (0.0, 1.0) and f"control_{claim}" in metrics["evaluate"]
+    claims = json.loads((results / "evaluate" / "synthetic" / "claims.json").read_text())
+    assert {item["claim"] for item in claims} == {"lemma41_slope", "lemma41_linear", "lemma42_growth",
+                                                   "lemma44_selection", "theorem43_direction"}
+    assert all(item["seeds"] == [0] and len(item["values"]) == len(item["control"]) == 1 for item in claims)
     for figure in ("token_scores.png", "one_step.png", "gradient_flow.png"):
         assert (results / "evaluate" / "synthetic" / figure).stat().st_size > 10_000
     assert not list(finished_pipeline.rglob(".*.tmp-*"))  # no temporary file left behind
@@ -64,12 +75,13 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
         assert run.info.status == "FINISHED"
         assert "params.yaml" in [a.path for a in client.list_artifacts(run.info.run_id)]
         # The same numbers as metrics.json, under the same names.
-        written = json.loads((finished_pipeline / "results" / stage / "synthetic" / "metrics.json").read_text())
+        written = json.loads((_folder(finished_pipeline, stage) / "metrics.json").read_text())
         for name, value in written.items():
             if value is not None and math.isfinite(value):
                 assert run.data.metrics[name] == pytest.approx(value, rel=1e-12), (stage, name)
     assert children["one_step"].data.params["one_step.eta0"] == "40.0"
     assert "gradient_flow.steps" in children["gradient_flow"].data.params
+    assert children["gradient_flow"].data.tags["seed"] == "0" and "seed" not in children["evaluate"].data.tags
     history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin")
     assert [m.step for m in history] == list(range(0, 301, 50))
     figures = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id, "figures")]
@@ -78,9 +90,9 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
 
 
 def test_failed_stage_exits_2_marks_its_run_failed_and_keeps_its_old_outputs(finished_pipeline, capsys):
-    out = finished_pipeline / "results" / "gradient_flow" / "synthetic"
+    out = _folder(finished_pipeline, "gradient_flow")
     before = {path.name: path.read_bytes() for path in out.iterdir()}
-    (finished_pipeline / "results" / "one_step" / "synthetic" / "embeddings.npz").unlink()
+    (_folder(finished_pipeline, "one_step") / "embeddings.npz").unlink()
     assert gradient_flow.main(TINY) == 2
     assert "run the one_step stage first" in capsys.readouterr().err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before

@@ -12,7 +12,7 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, train
-from tests.helpers import TINY, TINY_TRAIN
+from tests.helpers import TINY, TINY_TRAIN, seed_folder
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
 from toksel.paths import processed_dir, results_dir
@@ -27,25 +27,33 @@ TRAIN = TINY_TRAIN
 
 def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     assert train.main([*TINY, *TRAIN]) == 0
-    metrics = json.loads((prepared / "results" / "train" / "synthetic" / "trained" / "metrics.json").read_text())
-    assert {"test_accuracy", "test_loss", "spearman_v_alpha", "spearman_p_abs_alpha", "bin_std_v",
-            "bin_std_p"} <= metrics.keys()
-    assert metrics["test_accuracy"] > 0.9 and metrics["spearman_v_alpha"] > 0.5
+    out = seed_folder(prepared, "train", "synthetic/trained")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"test_accuracy", "test_loss", "spearman_v_alpha", "u_rise", "bin_std_v", "bin_spread_p", "lr", "norm_p",
+            "norm_v", "mean_norm_E", "control_test_accuracy", "control_spearman_v_alpha"} <= metrics.keys()
+    assert metrics["test_accuracy"] > 0.9 and metrics["spearman_v_alpha"] > 0.5 and metrics["lr"] == 0.02
     assert metrics["best_train_accuracy"] > 0.9 and metrics["best_val_accuracy"] > 0.8
     assert metrics["best_train_loss"] < 0.5 * np.log(2)  # well below the loss of a blind guess
-    assert not (prepared / "checkpoints" / "train" / "synthetic" / "trained").exists()  # finished: nothing to resume
+    assert metrics["control_test_accuracy"] < 0.75  # shuffled training labels: nothing to learn about the test labels
+    assert pd.read_csv(out / "grid.csv")["lr"].tolist() == [0.02]
+    assert not (prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0").exists()  # nothing to resume
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
     parent = next(run for run in runs if run.data.tags.get("stage") == "pipeline")
-    training = next(run for run in runs if run.data.tags.get("stage") == "train")
-    stages = [run for run in runs if run.data.tags.get("stage") not in (None, "pipeline")]
-    assert all(run.data.tags["mlflow.parentRunId"] == parent.info.run_id for run in stages)
-    assert training.data.tags["embeddings"] == "trained" and training.info.status == "FINISHED"
-    losses = [point.value for point in client.get_metric_history(training.info.run_id, "train_loss_epoch")]
+    training = next(run for run in runs if run.data.tags.get("stage") == "train"
+                    and run.data.tags["mlflow.parentRunId"] == parent.info.run_id)
+    assert training.data.tags["embeddings"] == "trained" and training.data.tags["seed"] == "0"
+    assert training.info.status == "FINISHED"
+    trials = {run.data.tags["labels"]: run for run in runs if run.data.tags.get("mlflow.parentRunId")
+              == training.info.run_id}
+    assert trials.keys() == {"true", "shuffled"} and trials["true"].data.tags["lr"] == "0.02"
+    assert all(run.data.tags["seed"] == "0" and run.info.status == "FINISHED" for run in trials.values())
+    losses = [point.value for point in client.get_metric_history(trials["true"].info.run_id, "train_loss_epoch")]
     assert len(losses) == 6 and losses[-1] < 0.5 * losses[0]
+    assert len(client.get_metric_history(trials["true"].info.run_id, "norm_v")) >= 6  # the scales, per epoch
     assert training.data.metrics["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
-    assert training.data.metrics["bin_std_v"] == pytest.approx(metrics["bin_std_v"])
+    assert training.data.metrics["control_test_accuracy"] == pytest.approx(metrics["control_test_accuracy"])
 
 
 class Crash(pl.Callback):
@@ -58,7 +66,7 @@ class Crash(pl.Callback):
 
 
 def _fit_parts(config):
-    embeddings = np.load(results_dir("one_step", "synthetic") / "embeddings.npz")
+    embeddings = np.load(results_dir("one_step", "synthetic") / "seed0" / "embeddings.npz")
     tokens = pd.read_csv(processed_dir("synthetic") / "tokens.csv")
     module = BagClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
                                  torch.tensor(tokens["important"].to_numpy()), train_embeddings=True, lr=0.02)
@@ -83,16 +91,14 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
     assert fresh.resumed_from_epoch is None
 
 
-def test_evaluate_sets_the_three_training_runs_next_to_the_paper(prepared):
+def test_evaluate_sets_the_three_training_runs_side_by_side(prepared):
     for variant in ("trained", "untrained", "one_step"):
         assert train.main([*TINY, *TRAIN, f"train.embeddings={variant}"]) == 0
-    assert gradient_flow.main(TINY) == 0 and evaluate.main(TINY) == 0
+    assert gradient_flow.main(TINY) == 0 and evaluate.main([*TINY, *TRAIN]) == 0
     summary = (prepared / "results" / "evaluate" / "synthetic" / "summary.md").read_text()
-    assert "## Full training (Lightning) next to the paper" in summary and "not run" not in summary
-    metrics = json.loads((prepared / "results" / "evaluate" / "synthetic" / "metrics.json").read_text())
-    assert {"accuracy_trained", "accuracy_untrained", "accuracy_one_step", "bin_std_v_ratio",
-            "bin_std_p_ratio"} <= metrics.keys()
-    assert metrics["accuracy_trained"] is not None and metrics["bin_std_v_ratio"] > 0
+    arms = summary.split("## The embedding arms")[1]
+    assert "| quantity | trained | untrained | one_step | paper |" in arms and "not run" not in arms
+    assert "| test accuracy, training labels shuffled (control) |" in arms
 
 
 def test_batches_hold_exactly_the_bags_of_their_rows():
@@ -107,6 +113,15 @@ def test_batches_hold_exactly_the_bags_of_their_rows():
         assert batch["tokens"].numpy()[chosen].tolist() == tokens.tolist()
         assert batch["counts"].numpy()[chosen].tolist() == counts.tolist()
     assert batch["labels"].tolist() == split.labels[rows].tolist()
+
+
+def test_bins_with_too_few_tokens_are_left_out_and_quantile_bins_hold_equal_counts():
+    x, y = np.array([-1.0, -0.9, 0.0, 0.1, 0.9, 1.0]), np.array([5.0, 7.0, 1.0, 1.0, 4.0, 6.0])
+    curve = binned_curve(x, y, bins=4, min_bin_tokens=3)  # every bin holds 0 or 2 tokens
+    assert curve.counts.tolist() == [2, 0, 2, 2] and np.isnan(curve.means).all()
+    assert np.isnan(curve.mean_std) and np.isnan(curve.relative_spread)
+    quantile = binned_curve(np.arange(12.0) ** 2, np.arange(12.0), bins=3, binning="quantile")
+    assert quantile.counts.tolist() == [4, 4, 4]
 
 
 def test_binned_curve_means_stds_and_minimum():

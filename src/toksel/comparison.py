@@ -57,10 +57,10 @@ VARIANT_ROWS = (  # the ablation runs of one dataset, side by side
 
 
 def spread(values: Sequence[Any]) -> str:
-    """mean +- std over the seeds' finite values (`not run` when there are none)."""
+    """mean +- std over the seeds' finite values (`n/a` when there are none)."""
     kept = [float(value) for value in values if isinstance(value, int | float) and math.isfinite(value)]
     if not kept:
-        return "not run"
+        return "n/a"
     mean = sum(kept) / len(kept)
     if len(kept) == 1:
         return f"{mean:.4g}"
@@ -75,7 +75,8 @@ def side_by_side(runs: Mapping[str, Sequence[Mapping[str, Any]]], rows: Sequence
     lines = ["| quantity | " + " | ".join(names) + (" | paper |" if paper is not None else " |"),
              "|---|" + "---|" * (len(names) + (paper is not None))]
     for metric, label in rows:
-        line = f"| {label} | " + " | ".join(spread([seed.get(metric) for seed in runs[name]]) for name in names)
+        line = f"| {label} | " + " | ".join(spread([seed.get(metric) for seed in runs[name]]) if any(runs[name])
+                                            else "not run" for name in names)
         if paper is not None:
             line += " | " + "; ".join(f"{paper[metric, name]} ({name})" for name in names if (metric, name) in paper)
         lines.append(line + " |")

@@ -79,7 +79,8 @@ def dataset_measurements(dataset: str, config: Config, tokens: pd.DataFrame, cur
     """Every claim judged on `dataset` (config: its resolved config), and the protocol variants of the
     training claims; details: claim id -> a few words on what was measured."""
     runs, details = dataset_runs(dataset, config), details or {}
-    claims = [claim for claim in CLAIMS if claim.producer == "evaluate" and in_scope(claim, dataset, config.data, config)]
+    claims = [claim for claim in CLAIMS
+              if claim.producer == "evaluate" and in_scope(claim, dataset, config.data, config)]
     measured = [measure(claim, dataset, runs, details.get(claim.id, "")) for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
     if not variants:

@@ -92,11 +92,11 @@ def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
 
 
 def headline(counts: dict[str, float]) -> str:
+    controls = counts["controls_failing"] + counts["controls_not_failing"]
     return (f"{counts['claims_held']:.0f} of {counts['claims']:.0f} claims hold, {counts['claims_failed']:.0f} fail, "
             f"{counts['claims_inconclusive']:.0f} inconclusive, {counts['claims_not_computed']:.0f} not computed, "
             f"{counts['claims_not_run']:.0f} not run; the control fails as it must for "
-            f"{counts['controls_failing']:.0f} of the {counts['controls_failing'] + counts['controls_not_failing']:.0f} "
-            "controls measured.")
+            f"{counts['controls_failing']:.0f} of the {controls:.0f} controls measured.")
 
 
 def number(value: float | None, spec: str = ".3g") -> str:

@@ -40,6 +40,7 @@ EXPERIMENT = "toksel"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
 PARENT_TAG = "mlflow.parentRunId"
 HOST_TAG, PROCESS_TAG = "toksel.host", "toksel.process"  # where a running stage lives: "<pid>-<start time>"
+TRIAL_TAG = "toksel.trial"  # on a run nested under a stage's: which trial of it ("lr 0.001", "control: ...")
 
 
 def peak_memory_mb() -> float:
@@ -143,14 +144,14 @@ class StageRun:
     def child(self, name: str, tags: Mapping[str, str]) -> Iterator[StageRun]:
         """A run nested under this one (a trial of a learning-rate grid, a control), closed FAILED on an error.
 
-        It carries this run's tags (stage, dataset, seed, ...) with `tags` on top."""
+        It carries this run's tags (stage, dataset, seed, ...) with `tags` on top, and TRIAL_TAG = name."""
         if self.run_id is None:  # a DDP worker: nothing is logged
             yield self
             return
         inherited = {key: value for key, value in self.client.get_run(self.run_id).data.tags.items()
                      if not key.startswith("mlflow.")}
         run = self.client.create_run(self.client.get_run(self.run_id).info.experiment_id, run_name=name,
-                                     tags={**inherited, **tags, PARENT_TAG: self.run_id})
+                                     tags={**inherited, **tags, PARENT_TAG: self.run_id, TRIAL_TAG: name})
         status = "FAILED"
         try:
             yield StageRun(self.client, run.info.run_id, self.parent_id)

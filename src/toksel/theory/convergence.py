@@ -34,7 +34,6 @@ from toksel.theory.max_margin import (
 from toksel.theory.selection import selected_entries, selection_fraction
 from toksel.training.gradient_flow import Trajectory, run_gradient_flow
 
-
 GROWTH_CAP = 2.0  # linear growth (normalised steps); beyond it the ratio says no more
 
 
