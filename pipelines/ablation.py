@@ -49,7 +49,7 @@ def ablation(config: Config, run: StageRun) -> None:
     def data(shuffled: bool) -> SequenceDataModule:
         return SequenceDataModule(processed_dir(dataset), settings.batch_size, training.val_fraction, seed,
                                   settings.bucketed, scale.max_len, scale.max_train, scale.max_test,
-                                  label_seed=config.base.data_seed if shuffled else None)
+                                  label_seed=(config.base.data_seed, seed) if shuffled else None)
 
     rows = data(False)
     fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(

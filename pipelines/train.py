@@ -16,7 +16,6 @@ import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
-from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import file_digest, write_csv
 from toksel.models.fused import FusedBags
@@ -39,17 +38,17 @@ def train(config: Config, run: StageRun) -> None:
     run.set_tag("embeddings", arm)
     run.set_tag("mlflow.runName", f"train {arm} seed {seed}")
     tokens = read_token_table(folder / "tokens.csv")
-    split, classes = PackedSplit.load(folder / "train.npz"), num_classes(tokens)
-    init = initialise(split.vocab_size, config.model.d, seed, num_classes=classes)
+    classes = num_classes(tokens)
+    init = initialise(len(tokens), config.model.d, seed, num_classes=classes)
     dtype = parameter_dtype(settings.precision)
 
     def start(shuffled: bool) -> torch.Tensor:
-        """E0, or E1: the one step on the labels this model trains on (the control's are shuffled)."""
+        """E0, or E1: the one step on the train split this model trains on (the control's labels are shuffled)."""
         if arm != "one_step":
             return init.E
-        labels = split.with_shuffled_labels(config.base.data_seed) if shuffled else split
+        labelled = data(shuffled).rows("train")[0]  # the whole split, validation rows included, as one_step's
         E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
-        return torch.from_numpy(one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(labels, classes),
+        return torch.from_numpy(one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(labelled, classes),
                                                                 config.one_step.eta0))
 
     def model(lr: float, shuffled: bool) -> BagClassifier:
@@ -60,7 +59,7 @@ def train(config: Config, run: StageRun) -> None:
 
     def data(shuffled: bool) -> PackedDataModule:
         return PackedDataModule(folder, settings.batch_size, settings.val_fraction, seed, dtype,
-                                label_seed=config.base.data_seed if shuffled else None)
+                                label_seed=(config.base.data_seed, seed) if shuffled else None)
 
     # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.
     fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")

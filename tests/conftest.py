@@ -7,9 +7,16 @@ import shutil
 import uuid
 from pathlib import Path
 
-import pytest
+# Under pytest-xdist each worker gets one thread: two workers with a thread per core each would fight over the
+# two cores (small torch and numba operations slowed several times). Set before torch or numba is imported, and
+# inherited by the stages the tests start as processes.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
-from tests.helpers import ROOT, TINY
+import pytest  # noqa: E402
+
+from tests.helpers import ROOT, TINY  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -2,9 +2,10 @@
 
 import json
 import math
-import os
+import shutil
 import subprocess
 import sys
+import uuid
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import TINY, seed_folder
+from tests.helpers import ROOT, TINY, seed_folder
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
 SEEDED = ("one_step", "gradient_flow")  # their outputs go to <stage>/<dataset>/seed<k>/
@@ -22,11 +23,19 @@ def _folder(project, stage):
     return seed_folder(project, stage, "synthetic") if stage in SEEDED else project / "results" / stage / "synthetic"
 
 
-@pytest.fixture
-def finished_pipeline(project):
-    for module in STAGES.values():
-        assert module.main(TINY) == 0
-    return project
+@pytest.fixture(scope="module")
+def finished_pipeline(tmp_path_factory):
+    """The four stages on TINY in a throw-away project, shared by this module's tests (the last one, which breaks
+    an output on purpose, runs last)."""
+    project = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(project)
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+        patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
+        for module in STAGES.values():
+            assert module.main(TINY) == 0
+        yield project
 
 
 def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
@@ -58,7 +67,7 @@ def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
 
 
 def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    client = MlflowClient(f"sqlite:///{finished_pipeline / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("toksel")
     runs = client.search_runs([experiment.experiment_id])
     parents = [run for run in runs if run.data.tags.get("stage") == "pipeline"]
@@ -96,7 +105,7 @@ def test_failed_stage_exits_2_marks_its_run_failed_and_keeps_its_old_outputs(fin
     assert gradient_flow.main(TINY) == 2
     assert "run the one_step stage first" in capsys.readouterr().err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    client = MlflowClient(f"sqlite:///{finished_pipeline / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
                               filter_string="tags.stage = 'gradient_flow'", order_by=["attributes.start_time DESC"])
     assert [run.info.status for run in runs] == ["FAILED", "FINISHED"]

@@ -95,8 +95,10 @@ class GradientFlowConfig:
     selection_tol: float = bounded(1e-4, ge=0.0,
                                    help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
     max_margin: bool = bounded(True, help="solve the max-margin QP of Theorem 4.3 (small data only)")
-    control_penalty: float = bounded(1e-3, gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
-                                                         "control_penalty/2 |p|^2, which has a finite minimiser")
+    control_contraction: float = bounded(20.0, gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
+                                                               "lambda/2 |p|^2, lambda = control_contraction / (lr "
+                                                               "steps), so that the flow settles at its finite "
+                                                               "minimiser (shrinks by e^-control_contraction)")
 
 
 EMBEDDINGS = ("trained", "untrained", "one_step")

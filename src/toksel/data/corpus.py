@@ -62,10 +62,26 @@ class PackedSplit:
             vocab_size=int(vocab_size),
         )
 
-    def with_shuffled_labels(self, seed: int) -> PackedSplit:
-        """The same sequences with their labels permuted (seeded): the negative controls' data. The class sizes
-        stay, every link between a token and a label goes (alpha_s near 0 for every token)."""
-        return dataclasses.replace(self, labels=np.random.default_rng(seed).permutation(self.labels))
+    def with_shuffled_labels(self, seed: int | tuple[int, ...]) -> PackedSplit:
+        """The same sequences with labels that say nothing of the true ones (seeded): the negative controls' data.
+
+        Each true class's rows get the labels in the proportions of the whole split, in a random order, so the
+        class sizes stay (up to rounding) and every link between a token and a label goes (alpha_s near 0 for
+        every token). A plain permutation would keep a trace of the truth: it agrees with the true labels on
+        50 % +- 1/(2 sqrt(n)) of the rows, a signal a model learns (0.50 to 0.53 test accuracy in our runs).
+        """
+        rng = np.random.default_rng(seed)
+        classes, sizes = np.unique(self.labels, return_counts=True)
+        shuffled = np.empty_like(self.labels)
+        for label in classes:
+            rows = np.flatnonzero(self.labels == label)
+            wanted = len(rows) * sizes / self.n  # each label's share of this class's rows
+            counts = np.floor(wanted).astype(np.int64)
+            extra = rng.choice(len(classes), size=len(rows) - counts.sum(), replace=False,
+                               p=(wanted - counts) / (wanted - counts).sum()) if counts.sum() < len(rows) else []
+            counts[extra] += 1
+            shuffled[rng.permutation(rows)] = np.repeat(classes, counts)
+        return dataclasses.replace(self, labels=shuffled)
 
     def dense_sequences(self) -> np.ndarray:
         """(n, T) token ids; only for equal-length splits (the dense reference model)."""

@@ -14,7 +14,7 @@ like 1/t gives 1/2, and one approaching it geometrically far less.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -156,19 +156,22 @@ def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarra
                     tokens: pd.DataFrame, settings: GradientFlowConfig) -> dict[str, float | None]:
     """The negative controls of the gradient-flow claims, as control_<metric>:
 
-    - Lemma 4.2: the same GD on the loss plus control_penalty/2 |p|^2, which has a finite minimiser, so |p_t|
-      must stop growing. Plain steps only: normalised steps of fixed length circle such a minimiser instead
-      of settling, so with gradient_flow.normalized the control is not run (null).
+    - Lemma 4.2: the same GD on the loss plus lambda/2 |p|^2, which has a finite minimiser, so |p_t| must stop
+      growing; lambda = control_contraction / (lr steps), so that the penalty alone shrinks p by
+      e^-control_contraction over the run: the flow has time to settle, whatever the step size and length.
+      Plain steps only: normalised steps of fixed length circle such a minimiser instead of settling, so with
+      gradient_flow.normalized the control is not run (null).
     - Lemma 4.4 and Theorem 4.3 (when the QP is requested): the flow with E frozen at E0, no step taken.
     """
     bags = FusedBags.from_split(train, num_classes(tokens))
     growth = None
-    if not settings.normalized:
+    if not settings.normalized:  # logged at T/4, T/2 and T: what p_norm_growth reads
         penalised = run_gradient_flow(E1, p0, v, bags, steps=settings.steps, lr=settings.lr,
-                                      log_every=settings.log_every, penalty=settings.control_penalty)
+                                      log_every=max(1, settings.steps // 4),
+                                      penalty=settings.control_contraction / (settings.lr * settings.steps))
         growth = p_norm_growth(penalised.steps, penalised.p_norm)
     controls: dict[str, float | None] = {"control_p_norm_growth": growth}
-    if settings.max_margin:
-        no_step = follow_gradient_flow(E0, p0, v, train, tokens, settings).metrics
+    if settings.max_margin:  # only its end is judged: logged at the start and the end
+        no_step = follow_gradient_flow(E0, p0, v, train, tokens, replace(settings, log_every=settings.steps)).metrics
         controls |= {f"control_{name}": no_step[name] for name in ("selection_fraction", "cos_max_margin_important")}
     return controls

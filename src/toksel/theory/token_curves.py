@@ -12,7 +12,7 @@ split.
 - Rank statistics, per token: E_s^T v with alpha_s (K classes: each v_k with alpha_s^(k), the smallest over
   the classes); on each side of 0, E_s^T p with |posterior difference| (the two arms of the U) and E_s^T v
   with the posterior difference.
-- Spread: the mean per-bin std, and the same over the range of the bin means, which does not move with the
+- Spread: the mean per-bin std, and the same over the std of all the scores, which does not move with the
   scale of p and v.
 """
 
@@ -44,13 +44,15 @@ class BinnedCurve:
         stds = self.stds[self.kept & (self.counts >= 2)]
         return float(np.mean(stds)) if len(stds) else float("nan")
 
+    overall_std: float = float("nan")  # the std of every token's score, binned or not
+
     @property
     def relative_spread(self) -> float:
-        """mean_std over the range of the bin means: the same spread, free of the scores' scale (|p| and |v|
-        grow with training, and differently with and without trained embeddings)."""
-        means = self.means[self.kept]
-        span = float(means.max() - means.min()) if len(means) > 1 else 0.0
-        return self.mean_std / span if span > 0 else float("nan")
+        """mean_std over the std of all the scores: the share of their spread the curve leaves, free of the
+        scores' scale (|p| and |v| grow with training, and differently with and without trained embeddings).
+        0 when every score lies on its bin's mean, about 1 when the bins explain nothing (a flat curve); unlike
+        the range of the bin means, the std of all scores stays well away from 0 on a flat, noisy curve."""
+        return self.mean_std / self.overall_std if self.overall_std > 0 else float("nan")
 
     @property
     def argmin_centre(self) -> float:
@@ -78,7 +80,7 @@ def binned_curve(x: np.ndarray, y: np.ndarray, bins: int, binning: str = "equal_
         stds = np.sqrt(np.bincount(index, weights=(y - means[index]) ** 2, minlength=bins) / counts)
     small = counts < min_bin_tokens
     means[small], stds[small] = np.nan, np.nan
-    return BinnedCurve((edges[:-1] + edges[1:]) / 2, counts, means, stds)
+    return BinnedCurve((edges[:-1] + edges[1:]) / 2, counts, means, stds, float(np.std(y)))
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:

@@ -1,9 +1,10 @@
 """The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR without copying the split.
 
 The train split is divided (seeded) into train and validation rows; the test split is kept whole. max_train and
-max_test cut either to a seeded subset first (0: all rows). `label_seed` shuffles the train split's labels
-(PackedSplit.with_shuffled_labels) before it is divided: the negative controls train and validate on shuffled
-labels and are tested on the true ones. A batch is a dict of tensors (what Lightning moves
+max_test cut either to a seeded subset first (0: all rows). `label_seed` replaces the labels of both splits
+by shuffled ones (PackedSplit.with_shuffled_labels, the train split before it is divided), each split's drawn
+from the seed with 0 or 1 appended: the negative controls' data, in which no input says anything of its label,
+so that no model can beat chance on the test split. A batch is a dict of tensors (what Lightning moves
 to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
 
 Under DDP every process draws the same batches (same seed) and trains on its strided share of each: the
@@ -40,7 +41,7 @@ def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = tor
 class PackedDataModule(pl.LightningDataModule):
     def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int,
                  dtype: torch.dtype = torch.float32, max_train: int = 0, max_test: int = 0,
-                 label_seed: int | None = None) -> None:
+                 label_seed: tuple[int, ...] | None = None) -> None:
         super().__init__()
         self.directory, self.batch_size, self.val_fraction, self.seed, self.dtype = (
             directory, batch_size, val_fraction, seed, dtype)
@@ -51,9 +52,10 @@ class PackedDataModule(pl.LightningDataModule):
         if self.splits:
             return
         train = PackedSplit.load(self.directory / "train.npz")
-        if self.label_seed is not None:
-            train = train.with_shuffled_labels(self.label_seed)
         test = PackedSplit.load(self.directory / "test.npz")
+        if self.label_seed is not None:
+            train, test = (split.with_shuffled_labels((*self.label_seed, part))
+                           for part, split in enumerate((train, test)))
         order = np.random.default_rng(self.seed).permutation(train.n)[:self.max_train or None]
         held_out = max(1, round(self.val_fraction * len(order)))
         test_rows = np.random.default_rng(self.seed).permutation(test.n)[:self.max_test] if self.max_test else None

@@ -4,8 +4,10 @@ arm, and each run's negative control.
 - Learning rate: the model is trained at every rate of a grid (one rate for the ablations), each trial a fit
   with early stopping on the validation loss within the same epoch budget; the trial with the lowest
   validation loss is kept. Each trial is an MLflow run nested under the stage's, tagged `lr`.
-- Control: the kept rate again, on the same rows with their training labels shuffled (the test labels stay
-  true): what the model makes of data in which no token goes with a label. Its run is tagged `labels`
+- Control: the kept rate again, on the same rows with the labels of both splits shuffled: what the model makes
+  of data in which no token goes with a label (its curves are read against the true held-out statistics).
+  Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so the
+  control's interval over the seeds holds the shuffle's chance too. Its run is tagged `labels`
   `shuffled`; its metrics join the stage's as control_<name>.
 """
 

@@ -83,7 +83,7 @@ class SequenceDataModule(PackedDataModule):
 
     def __init__(self, directory: Path, batch_size: int, val_fraction: float, seed: int, bucketed: bool = True,
                  max_len: int | None = None, max_train: int = 0, max_test: int = 0,
-                 label_seed: int | None = None) -> None:
+                 label_seed: tuple[int, ...] | None = None) -> None:
         super().__init__(directory, batch_size, val_fraction, seed, max_train=max_train, max_test=max_test,
                          label_seed=label_seed)
         self.bucketed, self.max_len = bucketed, max_len

@@ -1,0 +1,111 @@
+"""The verdict logic and the claims registry, fed known values: intervals, the three verdicts at their edges,
+how a claim reads one seed's runs, and that every claim names a threshold the config holds."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.helpers import ROOT
+from toksel.claims import BY_ID, CLAIMS, SCOPES, Measurement, Statistic, assess, config_value, in_scope, measure
+from toksel.config import load_config
+from toksel.verdict import given_interval, judge, seed_interval
+
+
+def test_the_seed_interval_is_students_t_of_the_mean():
+    values = [0.2, 0.5, 0.35, 0.41]
+    interval = seed_interval(values)
+    low, high = stats.t.interval(0.95, df=3, loc=np.mean(values), scale=stats.sem(values))
+    assert (interval.mean, interval.low, interval.high) == pytest.approx((np.mean(values), low, high))
+    assert interval.std == pytest.approx(np.std(values, ddof=1)) and interval.n == 4
+    assert seed_interval([1.0, None, float("nan"), 3.0]).values == (1.0, 3.0)  # what is not finite is left out
+
+
+def test_one_seed_gives_no_interval_and_no_seed_no_value():
+    single = seed_interval([0.7])
+    assert single.n == 1 and not single.exists and judge(single, ">=", 0.5) == "inconclusive"
+    assert judge(seed_interval([None, None]), ">=", 0.5) == "not computed"
+
+
+@pytest.mark.parametrize(("values", "comparison", "threshold", "verdict"), [
+    ([1.0, 1.0, 1.0], ">=", 1.0, "holds"),  # a point interval on the threshold: the threshold itself counts
+    ([1.0, 1.0, 1.0], "<=", 1.0, "holds"),
+    ([0.9, 1.1, 1.0], ">=", 1.0, "inconclusive"),  # straddles
+    ([0.9, 1.1, 1.0], "<=", 1.0, "inconclusive"),
+    ([2.0, 2.1, 1.9], ">=", 1.0, "holds"),
+    ([2.0, 2.1, 1.9], "<=", 1.0, "fails"),
+    ([0.1, 0.2, 0.15], ">=", 1.0, "fails"),
+    ([0.1, 0.2, 0.15], "<=", 1.0, "holds"),
+])
+def test_the_verdict_is_where_the_whole_interval_lies(values, comparison, threshold, verdict):
+    assert judge(seed_interval(values), comparison, threshold) == verdict
+
+
+def test_the_edges_of_the_interval_decide_against_the_threshold():
+    interval = seed_interval([1.0, 2.0, 3.0])  # mean 2, half-width t(0.975, 2) / sqrt(3) = 2.484
+    half = stats.t.ppf(0.975, 2) / math.sqrt(3)
+    assert judge(interval, ">=", 2 - half) == "holds" and judge(interval, ">=", 2 - half + 1e-9) == "inconclusive"
+    assert judge(interval, ">=", 2 + half + 1e-9) == "fails" and judge(interval, ">=", 2 + half) == "inconclusive"
+    assert judge(interval, "<=", 2 + half) == "holds" and judge(interval, "<=", 2 - half - 1e-9) == "fails"
+    with pytest.raises(ValueError, match="comparison"):
+        judge(interval, ">", 0.0)
+
+
+def test_an_interval_a_method_gives_is_judged_the_same_way():
+    bracket = given_interval(3.0, 2.5, 5.0, "grid")
+    assert (bracket.mean, bracket.low, bracket.high) == (3.0, 2.5, 5.0)
+    assert judge(bracket, "<=", 4.0) == "inconclusive" and judge(bracket, "<=", 5.0) == "holds"
+    assert judge(given_interval(3.0, 4.5, 5.0, "grid"), "<=", 4.0) == "fails"
+    assert judge(given_interval(3.0, None, None, "fit"), "<=", 4.0) == "inconclusive"
+    assert judge(given_interval(None, 1.0, 2.0, "grid"), "<=", 4.0) == "not computed"
+
+
+def test_a_statistic_reads_one_run_or_combines_two():
+    runs = {"trained": {"test_accuracy": 0.9, "control_test_accuracy": 0.5, "x": float("nan")},
+            "untrained": {"test_accuracy": 0.8, "control_test_accuracy": 0.51}}
+    gap = Statistic(("trained", "untrained"), "test_accuracy", "difference")
+    assert gap.of(runs) == pytest.approx(0.1) and gap.of(runs, "control_test_accuracy") == pytest.approx(-0.01)
+    assert Statistic(("trained", "untrained"), "test_accuracy", "ratio").of(runs) == pytest.approx(0.9 / 0.8)
+    assert Statistic(("trained",), "x").of(runs) is None and Statistic(("one_step",), "test_accuracy").of(runs) is None
+    claim = BY_ID["accuracy_gap"]
+    assert claim.value(runs) == pytest.approx(0.1) and claim.control_value(runs) == pytest.approx(-0.01)
+
+
+def test_a_measurement_judges_the_claim_and_its_control_with_the_configs_threshold():
+    config = load_config([], ROOT / "params.yaml")
+    claim = BY_ID["accuracy_gap"]
+    runs = {seed: {"trained": {"test_accuracy": 0.90 + 0.01 * seed, "control_test_accuracy": 0.50},
+                   "untrained": {"test_accuracy": 0.70, "control_test_accuracy": 0.50 + 0.005 * seed}}
+            for seed in (0, 1, 2)}
+    measured = measure(claim, "imdb", runs)
+    assert measured.seeds == [0, 1, 2] and measured.values == pytest.approx([0.2, 0.21, 0.22])
+    item = assess(claim, measured, config)
+    assert item.threshold == config.report.min_accuracy_gap == 0.05
+    assert item.verdict == "holds" and item.control_verdict == "fails" and item.control_fails
+    assert Measurement.from_record(measured.as_record()) == measured
+    assert assess(claim, None, config).verdict == "not run"
+
+
+def test_every_claim_names_a_threshold_the_config_holds_a_scope_and_a_control():
+    config = load_config([], ROOT / "params.yaml")
+    assert len({claim.id for claim in CLAIMS}) == len(CLAIMS)
+    for claim in CLAIMS:
+        assert math.isfinite(config_value(config, claim.threshold)), claim.id
+        assert claim.scope in SCOPES and claim.comparison in (">=", "<=") and claim.control, claim.id
+        assert claim.producer in ("evaluate", "ablation_report", "phase_diagram"), claim.id
+
+
+def test_the_scopes_pick_the_datasets_each_claim_is_judged_on():
+    config = load_config([], ROOT / "params.yaml")
+    data = {name: load_config([f"dataset={name}"], ROOT / "params.yaml").data for name in config.datasets}
+
+    def judged_on(claim: str) -> list[str]:
+        return [name for name in config.datasets if in_scope(BY_ID[claim], name, data[name], config)]
+
+    assert judged_on("lemma41_slope") == list(config.datasets)
+    assert judged_on("theorem43_direction") == ["synthetic"]
+    assert judged_on("accuracy_gap") == ["imdb", "yelp_polarity"]
+    assert judged_on("multiclass_v_increasing") == ["yelp_stars4"]
+    assert judged_on("kq_p_u_shape") == ["imdb", "yelp_polarity"]
+    assert judged_on("phase_lower_edge") == ["synthetic"]
