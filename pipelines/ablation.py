@@ -18,13 +18,14 @@ from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
 from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import file_digest
+from toksel.measurements import curve_settings
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.tracking import StageRun
 from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
-from toksel.training.record import curve_settings, record_fit
+from toksel.training.record import record_fit
 from toksel.training.sequence_classifier import SequenceModule
 from toksel.training.sequence_data import SequenceDataModule
 

@@ -1,5 +1,6 @@
-"""Stage `evaluate`: one dataset's claims measured over every seed (claims.json, judged in summary.md), the
-figures of its first seed, its top tokens, and its training arms side by side."""
+"""Stage `evaluate`: one dataset's theory claims (Lemmas 4.1, 4.2, 4.4, Theorem 4.3) measured over every seed
+(claims.json, judged in summary.md), the figures of its first seed and its top tokens. The training runs'
+claims are stage `compare`'s."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import sys
 import numpy as np
 import pandas as pd
 
-from toksel.claims import BY_ID, assess
+from toksel.claims import BY_ID, assess, claim_metrics
 from toksel.cli import run_stage
-from toksel.comparison import training_comparison
-from toksel.config import EMBEDDINGS, Config
+from toksel.config import Config
 from toksel.data.token_table import importance, num_classes, occurring, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
-from toksel.measurements import dataset_measurements, dataset_runs
+from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.plots import (
     gradient_flow_figure,
@@ -24,11 +24,10 @@ from toksel.plots import (
     save_figure,
     token_scores_figure,
 )
-from toksel.report import Row, markdown_table
+from toksel.report import Row, markdown_table, number
 from toksel.tracking import StageRun
-from toksel.training.record import curve_settings
 
-SECTIONS = ("base.seeds", "data", "train", "evaluate", "report")
+SECTIONS = ("base.seeds", "data", "evaluate")
 
 
 def top_tokens(scores: pd.DataFrame, num_classes: int, count: int = 12) -> dict[str, list[str]]:
@@ -58,26 +57,15 @@ def token_scores(tokens: pd.DataFrame, embeddings: dict, p_final: np.ndarray, nu
     return tokens[["token", "word"]].assign(**columns)
 
 
-def _mean(runs: dict, run: str, metric: str) -> float | None:
-    values = [seed[run][metric] for seed in runs.values() if isinstance(seed.get(run, {}).get(metric), int | float)]
-    return float(np.mean(values)) if values else None
-
-
-def _number(value: float | None, spec: str = ".4g") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def details(runs: dict, classes: int) -> dict[str, str]:
     """A few words of context for some claims' `ours`: the means over the seeds of what the statistic is made of."""
-    slopes = [seed["step"]["slope" if classes == 2 else "slope_class_0"] for seed in runs.values()
-              if "slope" in seed.get("step", {}) or "slope_class_0" in seed.get("step", {})]
     return {
-        "lemma41_slope": f"slope {_number(np.mean(slopes) if slopes else None)} against "
-                         f"{_number(_mean(runs, 'step', 'slope_theory'))}" + (" (class 0)" if classes > 2 else ""),
-        "lemma42_growth": f"|p_T| {_number(_mean(runs, 'flow', 'p_norm'), '.3g')}, increasing at "
-                          f"{_number(_mean(runs, 'flow', 'p_norm_increasing_fraction'), '.0%')} of the logged steps",
-        "accuracy_gap": f"test accuracy {_number(_mean(runs, 'trained', 'test_accuracy'), '.3f')} against "
-                        f"{_number(_mean(runs, 'untrained', 'test_accuracy'), '.3f')}",
+        "lemma41_slope": f"slope {number(mean_over_seeds(runs, 'step', 'slope' if classes == 2 else 'slope_class_0'))}"
+                         f" against {number(mean_over_seeds(runs, 'step', 'slope_theory'))}"
+                         + (" (class 0)" if classes > 2 else ""),
+        "lemma42_growth": f"|p_T| {number(mean_over_seeds(runs, 'flow', 'p_norm'))}, increasing at "
+                          f"{number(mean_over_seeds(runs, 'flow', 'p_norm_increasing_fraction'), '.0%')} of the logged "
+                          "steps",
     }
 
 
@@ -116,47 +104,23 @@ def evaluate(config: Config, run: StageRun) -> None:
         run.log_artifact(out / name, "figures")
 
     runs = dataset_runs(dataset, config)
-    measurements = dataset_measurements(dataset, config, tokens, curve_settings(config.train), details(runs, classes))
+    measurements = dataset_measurements(dataset, config, "evaluate", details(runs, classes))
     write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
     top = top_tokens(present, classes)
     write_json(out / "top_tokens.json", top)
     run.log_artifact(out / "top_tokens.json")
-    notes = [f"E_s^T p_T (seed {first}): {_number(gradient_flow.get('score_p_important'))} on average over the "
-             f"important tokens, {_number(gradient_flow.get('score_p_least_important'))} over the least important "
+    notes = [f"E_s^T p_T (seed {first}): {number(gradient_flow.get('score_p_important'))} on average over the "
+             f"important tokens, {number(gradient_flow.get('score_p_least_important'))} over the least important "
              f"tenth.", *[f"{label}: {', '.join(words)}" for label, words in top.items()]]
-    main = [Row(item, dataset + (f", {item.measurement.protocol}" if item.measurement.protocol else ""), "evaluate")
-            for item in assessed]
-    arms = {arm: [runs[seed].get(arm, {}) for seed in config.base.seeds] for arm in EMBEDDINGS}
     summary = "\n".join([
-        f"# {dataset}: the claims over seeds {', '.join(map(str, config.base.seeds))}", "",
-        *markdown_table(main), "", *[f"- {note}" for note in notes], "",
-        "## The embedding arms (mean +- std over the seeds)", "", training_comparison(arms), "",
-        *[f"![{name}]({name})" for name in figures]]) + "\n"
+        f"# {dataset}: the theory's claims over seeds {', '.join(map(str, config.base.seeds))}", "",
+        *markdown_table([Row(item, dataset, "evaluate") for item in assessed]), "",
+        *[f"- {note}" for note in notes], "", *[f"![{name}]({name})" for name in figures]]) + "\n"
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")
     run.record_metrics(out / "metrics.json", claim_metrics(assessed))
     print(summary.split("\n\n## ")[0])
-
-
-def claim_metrics(assessed: list) -> dict[str, float | None]:
-    """Per claim (suffixed by its protocol when not its own): the mean, the interval's ends, whether it holds,
-    and the control's mean; then how many hold."""
-    metrics: dict[str, float | None] = {}
-    for item in assessed:
-        protocol = item.measurement.protocol.replace(" ", "_")
-        name = item.claim.id + (f"_{protocol}" if protocol else "")
-        interval, control = item.interval, item.control_interval
-
-        def finite(value: float) -> float | None:
-            return value if np.isfinite(value) else None
-
-        metrics |= {name: finite(interval.mean), f"{name}_low": finite(interval.low),
-                    f"{name}_high": finite(interval.high), f"{name}_holds": float(item.verdict == "holds"),
-                    f"control_{name}": finite(control.mean)}
-    main = [item for item in assessed if not item.measurement.protocol]
-    metrics |= {"claims_held": float(sum(item.verdict == "holds" for item in main)), "claims_total": float(len(main))}
-    return metrics
 
 
 def main(argv: list[str] | None = None) -> int:

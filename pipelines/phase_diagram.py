@@ -17,8 +17,9 @@ from toksel.claims import BY_ID, Measurement
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.token_table import read_token_table
+from toksel.errors import ToksError
 from toksel.io import read_json, require_output, write_csv, write_json, write_text
-from toksel.paths import phase_cell_dir, processed_dir, results_dir
+from toksel.paths import phase_cell_key, phase_row_dir, processed_dir, results_dir
 from toksel.plots import phase_heatmap, power_law_figure, save_figure
 from toksel.theory.phase import (
     Window,
@@ -44,9 +45,12 @@ def read_grid(config: Config) -> pd.DataFrame:
     """The metrics of every cell of the configured grid (an error names the first missing cell)."""
     rows = []
     for d in config.phase.d:
+        row = read_json(require_output(phase_row_dir(d) / "metrics.json", producer=f"phase@{d}"))
         for eta0 in config.phase.eta0:
-            metrics = read_json(require_output(phase_cell_dir(d, eta0) / "metrics.json", producer="phase"))
-            rows.append({column: metrics.get(column) for column in COLUMNS})
+            if phase_cell_key(eta0) not in row:
+                raise ToksError(f"{phase_row_dir(d) / 'metrics.json'} has no cell eta0 = {eta0:g}: run the phase stage "
+                                f"again (dvc repro phase@{d})")
+            rows.append({column: row[phase_cell_key(eta0)].get(column) for column in COLUMNS})
     return pd.DataFrame(rows).astype(float)
 
 

@@ -18,6 +18,7 @@ from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
 from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import file_digest, write_csv
+from toksel.measurements import curve_settings
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
 from toksel.paths import processed_dir, results_dir, seed_dir
@@ -27,7 +28,7 @@ from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule
 from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
-from toksel.training.record import curve_settings, record_fit
+from toksel.training.record import record_fit
 
 SECTIONS = ("base.data_seed", "model", "one_step", "train")
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipelines import ablation, ablation_report, evaluate, gradient_flow, one_step, prepare, train
+from pipelines import ablation, ablation_report, compare, evaluate, gradient_flow, one_step, prepare, report, train
 from tests.helpers import ROOT
 from toksel.config import DATASET_SECTIONS, load_config, params_hash
 from toksel.errors import ToksError
@@ -67,7 +67,7 @@ def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
     """DVC re-runs a stage when a section it lists changes: the list must match what the stage reads."""
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for module in (prepare, one_step, gradient_flow, evaluate, train, ablation, ablation_report):
+    for module in (prepare, one_step, gradient_flow, evaluate, compare, train, ablation, ablation_report, report):
         name = module.__name__.rsplit(".", 1)[-1]
         if "foreach" in stages[name]:
             listed, key = stages[name]["do"]["params"], "${key}"

@@ -29,7 +29,7 @@ def _dvc(project: Path, *args: str) -> str:
 
 def _short(name: str) -> str:
     """A stage name without the dataset, the seed or the grid cell: prepare, ..., train-untrained, phase, ..."""
-    name = re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name))  # the dataset; a phase cell's d-eta0
+    name = re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name))  # the dataset; a phase row's d
     return re.sub(r"-\d+$", "", name).rstrip("-")  # the seed
 
 
@@ -80,9 +80,9 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train-trained"])
     assert first.index("report") == len(first) - 1 and first.index("phase_diagram") > first.index("phase")
     theory = ["phase", "phase_diagram", "report"]
-    assert sorted(first) == sorted(["prepare", "one_step", "gradient_flow", *training, "evaluate", *ablations,
-                                    "ablation_report", *theory])
-    every_stage = sorted(["evaluate", "gradient_flow", "one_step", "prepare", *["train"] * 3, "ablation",
+    assert sorted(first) == sorted(["prepare", "one_step", "gradient_flow", *training, "evaluate", "compare",
+                                    *ablations, "ablation_report", *theory])
+    every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", *["train"] * 3, "ablation",
                           "ablation_report", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
@@ -103,17 +103,18 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     params.gradient_flow.steps = 400
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = _dvc(dvc_project, "repro")
-    assert sorted(_stages_run(second)) == sorted(["gradient_flow", "evaluate", *theory])  # the cell runs GD too
+    # The phase row runs GD too; compare reads the flow for the theory protocol.
+    assert sorted(_stages_run(second)) == sorted(["gradient_flow", "evaluate", "compare", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([
-        sorted(["evaluate", "gradient_flow", *theory]), every_stage])
+        sorted(["evaluate", "compare", "gradient_flow", *theory]), every_stage])
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("400,")
 
     # Which stages read a section: `dvc status` names them without running them (the re-run of their
     # descendants is DVC's own, shown above), which keeps this test inside the time budget of `make test`.
     patience, params.train.patience = params.train.patience, 5  # a training parameter: the training runs and
-    OmegaConf.save(params, dvc_project / "params.yaml")  # evaluate, which reads the arms' protocol
-    assert _stages_stale(dvc_project) == sorted([*training, *ablations, "evaluate"])
+    OmegaConf.save(params, dvc_project / "params.yaml")  # compare, which reads the arms' protocol
+    assert _stages_stale(dvc_project) == sorted([*training, *ablations, "compare"])
     params.train.patience = patience
     params.sequence.bucketed = False  # a sequence-model parameter: the ablations and their report only
     OmegaConf.save(params, dvc_project / "params.yaml")

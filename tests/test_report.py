@@ -56,19 +56,19 @@ def reported(tmp_path_factory):
         for module in (prepare, one_step, gradient_flow, evaluate):
             assert module.main(TINY) == 0
         for d in (64, 256):
-            assert phase.main([*TINY, f"model.d={d}", "one_step.eta0=40"]) == 0
+            assert phase.main([*TINY, *GRID, f"model.d={d}"]) == 0
         assert phase_diagram.main([*TINY, *GRID]) == 0
         assert report.main([*TINY, *GRID]) == 0
         yield project
 
 
 def test_a_phase_cell_records_selection_max_margin_and_the_one_step_error(reported):
-    cell = json.loads((reported / "results" / "phase" / "d64-eta40" / "metrics.json").read_text())
+    cell = json.loads((reported / "results" / "phase" / "d64" / "metrics.json").read_text())["eta40"]
     assert (cell["d"], cell["eta0"]) == (64, 40)
     for name in ("selection_fraction", "cos_max_margin", "one_step_orthogonal_ratio", "one_step_slope_rel_error"):
         assert cell[name] is not None and math.isfinite(cell[name])
     # At d = 256 and eta0 = 40 the cell is the one_step and gradient_flow stages of TINY, run again.
-    again = json.loads((reported / "results" / "phase" / "d256-eta40" / "metrics.json").read_text())
+    again = json.loads((reported / "results" / "phase" / "d256" / "metrics.json").read_text())["eta40"]
     flow = json.loads((reported / "results" / "gradient_flow" / "synthetic" / "seed0" / "metrics.json").read_text())
     first_step = json.loads((reported / "results" / "one_step" / "synthetic" / "seed0" / "metrics.json").read_text())
     assert again["selection_fraction"] == flow["selection_fraction"]
@@ -93,7 +93,9 @@ def test_the_phase_diagram_gathers_the_grid_and_fits_the_d_sweep(reported):
 def test_a_missing_cell_or_non_assumption1_data_is_a_clear_error(reported, capsys, monkeypatch):
     monkeypatch.chdir(reported)
     assert phase_diagram.main([*TINY, "phase.eta0=[40,80]", "phase.d=[64]"]) == 2
-    assert "results/phase/d64-eta80/metrics.json is missing: run the phase stage first" in capsys.readouterr().err
+    assert "results/phase/d64/metrics.json has no cell eta0 = 80: run the phase stage again" in capsys.readouterr().err
+    assert phase_diagram.main([*TINY, "phase.eta0=[40]", "phase.d=[32]"]) == 2
+    assert "results/phase/d32/metrics.json is missing: run the phase@32 stage first" in capsys.readouterr().err
     assert phase.main([*TINY, "dataset=synthetic_independent"]) == 2
     assert "is not assumption1 synthetic data" in capsys.readouterr().err
     assert phase.main([*TINY, "phase.d=[]"]) == 2

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from mlflow import MlflowClient
 
-from pipelines import evaluate, gradient_flow, train
+from pipelines import compare, gradient_flow, train
 from tests.helpers import TINY, TINY_TRAIN, seed_folder
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
@@ -94,9 +94,9 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
 def test_evaluate_sets_the_three_training_runs_side_by_side(prepared):
     for variant in ("trained", "untrained", "one_step"):
         assert train.main([*TINY, *TRAIN, f"train.embeddings={variant}"]) == 0
-    assert gradient_flow.main(TINY) == 0 and evaluate.main([*TINY, *TRAIN]) == 0
-    summary = (prepared / "results" / "evaluate" / "synthetic" / "summary.md").read_text()
-    arms = summary.split("## The embedding arms")[1]
+    assert gradient_flow.main(TINY) == 0 and compare.main([*TINY, *TRAIN]) == 0
+    summary = (prepared / "results" / "compare" / "synthetic" / "summary.md").read_text()
+    arms = summary.split("## The arms side by side")[1]
     assert "| quantity | trained | untrained | one_step | paper |" in arms and "not run" not in arms
     assert "| test accuracy, training labels shuffled (control) |" in arms
 

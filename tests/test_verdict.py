@@ -93,7 +93,7 @@ def test_every_claim_names_a_threshold_the_config_holds_a_scope_and_a_control():
     for claim in CLAIMS:
         assert math.isfinite(config_value(config, claim.threshold)), claim.id
         assert claim.scope in SCOPES and claim.comparison in (">=", "<=") and claim.control, claim.id
-        assert claim.producer in ("evaluate", "ablation_report", "phase_diagram"), claim.id
+        assert claim.producer in ("evaluate", "compare", "ablation_report", "phase_diagram"), claim.id
 
 
 def test_the_scopes_pick_the_datasets_each_claim_is_judged_on():

@@ -111,33 +111,33 @@ CLAIMS: tuple[Claim, ...] = (
           "test accuracy about 0.95 against 0.72 (gap 0.23)",
           Statistic(("trained", "untrained"), "test_accuracy", "difference"),
           "test accuracy, trained minus untrained (E frozen at E0), each arm at its tuned learning rate", ">=",
-          "report.min_accuracy_gap", SHUFFLED, producer="evaluate"),
+          "report.min_accuracy_gap", SHUFFLED, producer="compare"),
     Claim("spread_ratio_v", "Rebuttal", "one step then frozen gives tighter E_s^T v curves than full training",
           "binary_real", "per-bin std about 8 times smaller",
           Statistic(("trained", "one_step"), "bin_spread_v", "ratio"),
           "mean per-bin std over the std of all the tokens' E_s^T v (free of the scale of v), full training over "
           "one step then frozen", ">=", "report.min_spread_ratio", SHUFFLED,
-          producer="evaluate"),
+          producer="compare"),
     Claim("spread_ratio_p", "Rebuttal", "one step then frozen gives tighter E_s^T p curves than full training",
           "binary_real", "per-bin std about 6 times smaller",
           Statistic(("trained", "one_step"), "bin_spread_p", "ratio"),
           "mean per-bin std over the std of all the tokens' E_s^T p (free of the scale of p), full training over "
           "one step then frozen", ">=", "report.min_spread_ratio", SHUFFLED,
-          producer="evaluate"),
+          producer="compare"),
     Claim("v_increasing", "Figure 3", "E_s^T v increases with the token's posterior difference", "binary_real",
           "monotone increasing", Statistic(("trained",), "spearman_v_alpha"),
           f"Spearman of E_s^T v with alpha_s ({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="evaluate"),
+          SHUFFLED, producer="compare"),
     Claim("p_u_shape", "Figures 1, 3", "E_s^T p is U-shaped: it rises away from posterior difference 0 on both "
           "sides", "binary_real", "U-shaped, lowest near 0", Statistic(("trained",), "u_rise"),
           "the smaller, over the two sides of 0, of the Spearman of E_s^T p with |posterior difference| "
           f"({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="evaluate"),
+          SHUFFLED, producer="compare"),
     Claim("multiclass_v_increasing", "Rebuttal, 4 classes", "E_s^T v_k increases with the class-k signed "
           "frequency, for every class", "multiclass", "increasing, with a jump in sign at 0",
           Statistic(("trained",), "spearman_v_alpha"),
           f"the smallest over the classes of the Spearman of E_s^T v_k with alpha_s^(k) ({SPEARMAN_REASON})", ">=",
-          "report.min_token_spearman", SHUFFLED, producer="evaluate"),
+          "report.min_token_spearman", SHUFFLED, producer="compare"),
     # The rebuttal's architecture ablations (models with positions).
     Claim("two_layer_u_shape", "Figure 1", "the two-layer model's <cls> score E_s^T p is U-shaped", "ablation",
           "U-shaped, lowest near 0", Statistic(("two_layer",), "u_rise"),
@@ -224,6 +224,25 @@ def measure(claim: Claim, data: str, runs_by_seed: Mapping[int, Mapping[str, Map
     seeds = sorted(runs_by_seed)
     return Measurement(claim.id, data, seeds, [claim.value(runs_by_seed[seed]) for seed in seeds],
                        [claim.control_value(runs_by_seed[seed]) for seed in seeds], detail, protocol=protocol)
+
+
+def claim_metrics(assessed: Sequence[Assessment]) -> dict[str, float | None]:
+    """The metrics a stage records of its assessed claims: per claim (suffixed by the protocol when not its own)
+    the mean, the interval's ends, 1 if it holds, and the control's mean; then how many hold of how many."""
+    def finite(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    metrics: dict[str, float | None] = {}
+    for item in assessed:
+        protocol = item.measurement.protocol.replace(" ", "_") if item.measurement else ""
+        name = item.claim.id + (f"_{protocol}" if protocol else "")
+        interval, control = item.interval, item.control_interval
+        metrics |= {name: finite(interval.mean), f"{name}_low": finite(interval.low),
+                    f"{name}_high": finite(interval.high), f"{name}_holds": float(item.verdict == "holds"),
+                    f"control_{name}": finite(control.mean)}
+    main = [item for item in assessed if item.measurement is not None and not item.measurement.protocol]
+    return metrics | {"claims_held": float(sum(item.verdict == "holds" for item in main)),
+                      "claims_total": float(len(main))}
 
 
 def in_scope(claim: Claim, dataset: str, data: Any, config: Any) -> bool:

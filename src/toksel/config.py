@@ -121,7 +121,7 @@ class TrainConfig:
                                            "(every arm at this lr; it must be in lr_grid)")
     weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
     batch_size: int = bounded(256, ge=1, help="sequences per minibatch")
-    max_epochs: int = bounded(50, ge=1, help="at most this many epochs")
+    max_epochs: int = bounded(20, ge=1, help="at most this many epochs (the budget of every arm)")
     patience: int = bounded(3, ge=1, help="early stopping: epochs without a lower validation loss")
     val_fraction: float = bounded(0.1, gt=0.0, le=0.5, help="share of the train split held out for validation")
     accelerator: str = bounded("auto", choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
@@ -147,8 +147,8 @@ SEQUENCE_VARIANTS = ("one_layer", "mlp", "mlp_residual", "two_layer", "two_layer
 @dataclass
 class ScaleConfig:
     d: int = bounded(256, ge=1, help="embedding dimension")
-    max_len: Optional[int] = bounded(128, ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
-    max_train: int = bounded(12000, ge=0, help="seeded subset of the train split, validation included (0: all)")
+    max_len: Optional[int] = bounded(64, ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
+    max_train: int = bounded(6000, ge=0, help="seeded subset of the train split, validation included (0: all)")
     max_test: int = bounded(5000, ge=0, help="seeded subset of the test split (0: all)")
 
 

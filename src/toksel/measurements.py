@@ -1,5 +1,6 @@
 """The claims of one dataset measured on what the stages wrote: per seed, the one_step and gradient_flow
-stages' metrics and the three embedding arms' training runs (toksel.claims reads them).
+stages' metrics (the `evaluate` stage's claims) and the three embedding arms' training runs (the `compare`
+stage's); toksel.claims reads them.
 
 Besides each claim's own protocol (every arm at its tuned learning rate), the training claims whose verdict
 depends on the protocol are measured again under other protocols, for the report's sensitivity table:
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.claims import CLAIMS, Measurement, in_scope, measure
-from toksel.config import EMBEDDINGS, Config
+from toksel.config import EMBEDDINGS, Config, TrainConfig
 from toksel.io import read_json, read_npz
 from toksel.paths import results_dir, seed_dir
 from toksel.theory.token_curves import CurveSettings, token_curves
@@ -27,17 +28,24 @@ PROTOCOL_CLAIMS = ("accuracy_gap", "spread_ratio_v", "spread_ratio_p")
 MATCHED, THEORY = "matched lr", "theory protocol"
 
 
+def curve_settings(settings: TrainConfig) -> CurveSettings:
+    """How the token curves are binned and which tokens they use, from the train section."""
+    return CurveSettings(settings.bins, settings.binning, settings.min_bin_tokens, settings.heldout_min_count)
+
+
 def seed_metrics(folder: Path, seeds: list[int], name: str = "metrics.json") -> dict[int, dict[str, Any]]:
     """Each seed's metrics under folder/seed<k>/; {} for a seed whose run is missing."""
     return {seed: read_json(path) if (path := seed_dir(folder, seed) / name).exists() else {} for seed in seeds}
 
 
-def dataset_runs(dataset: str, config: Config) -> Runs:
-    """seed -> {"step": one_step metrics, "flow": gradient_flow metrics, arm: that arm's training metrics}."""
+def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
+    """seed -> {"step": one_step metrics, "flow": gradient_flow metrics}, and with `arms` each embedding arm's
+    training metrics under its name."""
     seeds = config.base.seeds
     runs: Runs = {seed: {} for seed in seeds}
-    for name, folder in (("step", results_dir("one_step", dataset)), ("flow", results_dir("gradient_flow", dataset)),
-                         *((arm, results_dir("train", f"{dataset}/{arm}")) for arm in EMBEDDINGS)):
+    folders = [("step", results_dir("one_step", dataset)), ("flow", results_dir("gradient_flow", dataset))]
+    folders += [(arm, results_dir("train", f"{dataset}/{arm}")) for arm in EMBEDDINGS] if arms else []
+    for name, folder in folders:
         for seed, metrics in seed_metrics(folder, seeds).items():
             runs[seed][name] = metrics
     return runs
@@ -57,6 +65,12 @@ def matched_runs(dataset: str, config: Config) -> Runs:
     return runs
 
 
+def mean_over_seeds(runs: Runs, run: str, metric: str) -> float | None:
+    """The mean over the seeds of a run's metric (those seeds that have it); None if none has."""
+    values = [seed[run][metric] for seed in runs.values() if isinstance(seed.get(run, {}).get(metric), int | float)]
+    return float(np.mean(values)) if values else None
+
+
 def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
@@ -74,17 +88,19 @@ def theory_protocol_metrics(dataset: str, tokens: pd.DataFrame, seed: int, curve
     return token_curves(tokens, E1 @ p_final, E1 @ embeddings["v"], curves)[0]
 
 
-def dataset_measurements(dataset: str, config: Config, tokens: pd.DataFrame, curves: CurveSettings,
-                         details: dict[str, str] | None = None) -> list[Measurement]:
-    """Every claim judged on `dataset` (config: its resolved config), and the protocol variants of the
-    training claims; details: claim id -> a few words on what was measured."""
-    runs, details = dataset_runs(dataset, config), details or {}
+def dataset_measurements(dataset: str, config: Config, producer: str, details: dict[str, str] | None = None,
+                         tokens: pd.DataFrame | None = None) -> list[Measurement]:
+    """The claims stage `producer` (evaluate, compare) judges on `dataset` (config: its resolved config), and the
+    protocol variants of the training claims (compare: `tokens`, the token table, for the theory protocol's
+    curves); details: claim id -> a few words on what was measured."""
+    runs, details = dataset_runs(dataset, config, arms=producer == "compare"), details or {}
     claims = [claim for claim in CLAIMS
-              if claim.producer == "evaluate" and in_scope(claim, dataset, config.data, config)]
+              if claim.producer == producer and in_scope(claim, dataset, config.data, config)]
     measured = [measure(claim, dataset, runs, details.get(claim.id, "")) for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
-    if not variants:
+    if not variants or tokens is None:
         return measured
+    curves = curve_settings(config.train)
     matched = matched_runs(dataset, config)
     measured += [measure(claim, dataset, matched, protocol=MATCHED) for claim in variants]
     theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, tokens, seed, curves)}

@@ -28,6 +28,11 @@ def seed_dir(folder: Path, seed: int) -> Path:
     return folder / f"seed{seed}"
 
 
-def phase_cell_dir(d: int, eta0: float) -> Path:
-    """The phase-diagram cell of embedding dimension d and one-step size eta0 (dvc.yaml names it alike)."""
-    return Path("results") / "phase" / f"d{d}-eta{eta0:g}"
+def phase_row_dir(d: int) -> Path:
+    """The phase diagram's row of embedding dimension d (dvc.yaml names it alike): its cells' metrics.json."""
+    return Path("results") / "phase" / f"d{d}"
+
+
+def phase_cell_key(eta0: float) -> str:
+    """A cell's key in its row's metrics.json: eta<eta0>, dots as underscores (DVC reads dots as nesting)."""
+    return f"eta{eta0:g}".replace(".", "_")

@@ -28,9 +28,8 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
 }
-PRODUCER_FILES = {"evaluate": ("evaluate", "{dataset}"), "ablation_report": ("ablation_report", ""),
-                  "phase_diagram": ("phase_diagram", "")}
-PROTOCOLS = ("tuned lr", MATCHED, THEORY)  # the sensitivity table's rows; "tuned lr" is the claims' own
+PROTOCOLS = ("tuned lr", MATCHED, THEORY)
+PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)  # the sensitivity table's rows; "tuned lr" is the claims' own
 
 
 def read_measurements(root: Path = Path("results")) -> list[Measurement]:
@@ -61,7 +60,7 @@ def rows(config: Config, measurements: list[Measurement]) -> dict[str, list[Row]
     for claim in CLAIMS:
         heading = next(heading for heading, scopes in SECTIONS.items() if claim.scope in scopes)
         for dataset in [name for name in config.datasets if in_scope(claim, name, data[name], config)]:
-            producer = claim.producer + ("" if claim.producer != "evaluate" else f"@{dataset}")
+            producer = claim.producer + (f"@{dataset}" if claim.producer in PER_DATASET else "")
             grouped[heading].append(Row(assess(claim, main.get((claim.id, dataset)), config), dataset, producer))
     return grouped
 

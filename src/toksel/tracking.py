@@ -109,7 +109,7 @@ class StageRun:
     def __init__(self, client: Any, run_id: str | None, parent_id: str | None = None) -> None:
         self.client, self.run_id, self.parent_id = client, run_id, parent_id
 
-    def record_metrics(self, path: Path, metrics: Mapping[str, float], logged: Iterable[str] = ()) -> None:
+    def record_metrics(self, path: Path, metrics: Mapping[str, Any], logged: Iterable[str] = ()) -> None:
         """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow, with the stage
         process's peak memory so far (`peak_memory_mb`).
 
@@ -140,6 +140,11 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        self.client.log_batch(self.run_id, params=[Param(key, str(value)) for key, value in params.items()])
+
     @contextmanager
     def child(self, name: str, tags: Mapping[str, str]) -> Iterator[StageRun]:
         """A run nested under this one (a trial of a learning-rate grid, a control), closed FAILED on an error.
@@ -160,12 +165,13 @@ class StageRun:
             self.client.set_terminated(run.info.run_id, status)
 
     def _log_points(self, points: Iterable[tuple[str, float | None, int]]) -> None:
-        """(name, value, step) triples; None, NaN and inf are left out (JSON has them as null)."""
+        """(name, value, step) triples; None, NaN and inf are left out (JSON has them as null), and so are nested
+        groups (a phase row's cells, which their own runs hold)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         metrics = [Metric(name, float(value), now, step) for name, value, step in points
-                   if value is not None and math.isfinite(float(value))]
+                   if isinstance(value, int | float) and math.isfinite(float(value))]
         for start in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
 

@@ -95,6 +95,10 @@ def resumable_checkpoint(folder: Path, fingerprint: str) -> Resume | None:
     return None
 
 
+class TrainingDiverged(ToksError):
+    """The training loss stopped being finite: the learning rate is too large."""
+
+
 class StopOnNonFiniteLoss(pl.Callback):
     """Stop with a clear error once a training loss is NaN or infinite (every DDP process at the same step)."""
 
@@ -103,9 +107,9 @@ class StopOnNonFiniteLoss(pl.Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss.detach()).all()), all=True):
             return
-        raise ToksError(f"training diverged: the loss became {float(loss)} at epoch {trainer.current_epoch}, step "
-                        f"{trainer.global_step} (lr {module.lr}): lower the learning rate (train.lr or "
-                        "train.lr_grid)")
+        raise TrainingDiverged(f"training diverged: the loss became {float(loss)} at epoch {trainer.current_epoch}, "
+                               f"step {trainer.global_step} (lr {module.lr}): lower the learning rate (train.lr or "
+                               "train.lr_grid)")
 
 
 class LogNorms(pl.Callback):

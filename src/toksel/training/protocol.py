@@ -3,7 +3,8 @@ arm, and each run's negative control.
 
 - Learning rate: the model is trained at every rate of a grid (one rate for the ablations), each trial a fit
   with early stopping on the validation loss within the same epoch budget; the trial with the lowest
-  validation loss is kept. Each trial is an MLflow run nested under the stage's, tagged `lr`.
+  validation loss is kept. Each trial is an MLflow run nested under the stage's, tagged `lr`. A rate at which
+  the loss stops being finite loses (a warning, its run FAILED); when every rate does, the stage stops.
 - Control: the kept rate again, on the same rows with the labels of both splits shuffled: what the model makes
   of data in which no token goes with a label (its curves are read against the true held-out statistics).
   Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,7 @@ from toksel.distributed import WorkerFinished, is_worker
 from toksel.theory.token_curves import BinnedCurve, CurveSettings
 from toksel.tracking import StageRun
 from toksel.training.classifier import ClassifierModule
-from toksel.training.fit import fit
+from toksel.training.fit import TrainingDiverged, fit
 from toksel.training.record import Metrics, summarise
 
 # (learning rate, shuffled labels) -> the model to train and the data to train it on
@@ -55,17 +57,25 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
                        tokens: pd.DataFrame, curves: CurveSettings, among: np.ndarray | None = None) -> Trained:
     """Fit at every rate, keep the lowest validation loss, then fit the control at that rate."""
     kept: Trained | None = None
-    rows = []
+    rows: list[dict] = []
     for lr in rates:
-        with run.child(f"lr {lr:g}", {"lr": f"{lr:g}", "labels": "true"}) as trial:
-            module = model(lr, False)
-            result = fit(module, data(False), settings, checkpoints / f"lr{lr:g}", fingerprint, trial, seed, progress)
-            metrics, binned = summarise(module, result, tokens, curves, among)
-            trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
-        rows.append({"lr": lr, **metrics})
+        try:
+            with run.child(f"lr {lr:g}", {"lr": f"{lr:g}", "labels": "true"}) as trial:
+                module = model(lr, False)
+                result = fit(module, data(False), settings, checkpoints / f"lr{lr:g}", fingerprint, trial, seed,
+                             progress)
+                metrics, binned = summarise(module, result, tokens, curves, among)
+                trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
+        except TrainingDiverged as error:
+            if len(rows) == len(rates) - 1 and kept is None:
+                raise  # every rate diverged: nothing to keep
+            warnings.warn(f"learning rate {lr:g} left out: {error}", stacklevel=2)
+            rows.append({"lr": lr, "diverged": 1.0})
+            continue
+        rows.append({"lr": lr, "diverged": 0.0, **metrics})
         if kept is None or validation_loss(metrics) < validation_loss(kept.metrics):
             kept = Trained(module, {"lr": lr, **metrics}, binned, pd.DataFrame())
-    assert kept is not None  # the grid is never empty (config)
+    assert kept is not None  # the grid is never empty (config), and a grid that only diverged raised above
     lr = float(kept.metrics["lr"])
     with run.child("control: shuffled labels", {"lr": f"{lr:g}", "labels": "shuffled"}) as control:
         module = model(lr, True)

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toksel.config import TrainConfig
 from toksel.data.token_table import num_classes
 from toksel.io import write_csv
 from toksel.plots import binned_scores_figure, save_figure
@@ -19,11 +18,6 @@ from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import FitResult
 
 Metrics = dict[str, float | None]
-
-
-def curve_settings(settings: TrainConfig) -> CurveSettings:
-    """How the token curves are binned and which tokens they use, from the train section."""
-    return CurveSettings(settings.bins, settings.binning, settings.min_bin_tokens, settings.heldout_min_count)
 
 
 def summarise(module: ClassifierModule, result: FitResult, tokens: pd.DataFrame, settings: CurveSettings,

@@ -1,0 +1,55 @@
+"""Stage `compare`: the three embedding arms of one training dataset side by side, over every seed: the training
+claims (accuracy gap, spread ratios, the shapes of E_s^T v and E_s^T p, the 4-class curves) with their
+controls, and the protocol-dependent ones again under the other protocols (claims.json, judged in summary.md).
+
+dvc.yaml runs it for each of train.datasets (compare@<dataset>), after every seed of every arm.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from toksel.claims import BY_ID, assess, claim_metrics
+from toksel.cli import run_stage
+from toksel.comparison import training_comparison
+from toksel.config import EMBEDDINGS, Config
+from toksel.data.token_table import read_token_table
+from toksel.io import write_json, write_text
+from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
+from toksel.paths import processed_dir, results_dir
+from toksel.report import PROTOCOL_NOTE, Row, markdown_table, number
+from toksel.tracking import StageRun
+
+SECTIONS = ("base.seeds", "data", "train", "ablation.multiclass", "report")
+
+
+def compare(config: Config, run: StageRun) -> None:
+    dataset = config.dataset
+    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    runs = dataset_runs(dataset, config, arms=True)
+    details = {"accuracy_gap": f"test accuracy {number(mean_over_seeds(runs, 'trained', 'test_accuracy'))} "
+                               f"against {number(mean_over_seeds(runs, 'untrained', 'test_accuracy'))}"}
+    measurements = dataset_measurements(dataset, config, "compare", details, tokens)
+    out = results_dir("compare", dataset)
+    write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it
+    assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
+    own = [Row(item, dataset, "compare") for item in assessed if not item.measurement.protocol]
+    others = [Row(item, f"{dataset}, {item.measurement.protocol}", "compare") for item in assessed
+              if item.measurement.protocol]
+    arms = {arm: [runs[seed].get(arm, {}) for seed in config.base.seeds] for arm in EMBEDDINGS}
+    summary = "\n".join([
+        f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.base.seeds))}", "",
+        *markdown_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *markdown_table(others), "",
+        "## The arms side by side (mean +- std over the seeds)", "", training_comparison(arms)]) + "\n"
+    write_text(out / "summary.md", summary)
+    run.log_artifact(out / "summary.md")
+    run.record_metrics(out / "metrics.json", claim_metrics(assessed))
+    print(summary.split("\n\n## ")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("compare", SECTIONS, compare, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
