@@ -28,8 +28,8 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
 }
-PROTOCOLS = ("tuned lr", MATCHED, THEORY)
-PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)  # the sensitivity table's rows; "tuned lr" is the claims' own
+PROTOCOLS = ("tuned lr", MATCHED, THEORY)  # the sensitivity table's rows; "tuned lr" is the claims' own
+PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
 
 
 def read_measurements(root: Path = Path("results")) -> list[Measurement]:

@@ -130,6 +130,8 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     """
     start = time.perf_counter()
     keep_freed_memory()
+    # Without progress bars (CI, a log file) Lightning's per-fit notices (devices, checkpoints restored) are noise.
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.INFO if progress else logging.WARNING)
     pl.seed_everything(seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
     best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val_loss", save_last=True)
