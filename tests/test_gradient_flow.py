@@ -1,12 +1,13 @@
 """Gradient flow on p with E frozen: |p_t| grows, the loss falls, the important tokens get selected."""
 
 import numpy as np
+import pytest
 
 from tests.test_one_step import _class_biased_split
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
-from toksel.theory.convergence import analyse_trajectory
+from toksel.theory.convergence import GROWTH_CAP, analyse_trajectory, p_norm_growth
 from toksel.theory.frequency import class_signed_frequency
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.training.gradient_flow import run_gradient_flow
@@ -73,3 +74,14 @@ def test_multiclass_flow_lowers_the_cross_entropy_and_favours_the_important_toke
     scores = E1 @ trajectory.p[-1]
     important, least = importance >= np.quantile(importance, 0.9), importance <= np.quantile(importance, 0.1)
     assert scores[important].mean() > scores[least].mean() + 1.0, (scores[important].mean(), scores[least].mean())
+
+
+def test_the_growth_of_p_norm_tells_log_growth_from_a_bounded_norm():
+    steps = np.arange(0, 20_001, 100)
+    t = np.maximum(steps, 1)
+    assert p_norm_growth(steps, 3 * np.log(t) + 1) == pytest.approx(1.0, abs=0.01)  # |p_t| ~ log t
+    assert p_norm_growth(steps, 10 - 2000 / (t + 100)) == pytest.approx(0.5, abs=0.02)  # bounded, like 1/t
+    assert p_norm_growth(steps, 10 - 5 * np.exp(-t / 300)) == 0.0  # settled
+    assert p_norm_growth(steps, 10 + 1e-5 * t / 20_000) == 0.0  # a creep far below log growth is no growth
+    assert p_norm_growth(steps, np.where(t < 10_000, 10 - t / 10_000, 9 + (t - 10_000) / 1000)) == GROWTH_CAP
+    assert np.isnan(p_norm_growth(np.array([0, 1]), np.array([1.0, 2.0])))  # too short to tell
