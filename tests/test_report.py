@@ -105,7 +105,7 @@ def test_a_missing_cell_or_non_assumption1_data_is_a_clear_error(reported, capsy
 def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(reported):
     text = (reported / "results" / "report" / "report.md").read_text()
     metrics = json.loads((reported / "results" / "report" / "metrics.json").read_text())
-    rows = [line for line in text.split("## Figures")[0].splitlines() if line.startswith("| ")
+    rows = [line for line in text.split("## What each claim measures")[0].splitlines() if line.startswith("| ")
             and not line.startswith("| claim")]
     assert len(rows) == metrics["claims"]
     verdicts = [row.split(" | ")[5] for row in rows]

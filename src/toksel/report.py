@@ -169,7 +169,10 @@ def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: I
         lines += [f"## {heading}", "", *markdown_table(section), ""]
     if found:
         lines += ["## How the protocol moves the verdicts", "", PROTOCOL_NOTE, "", *sensitivity_lines(found), ""]
-    lines += ["## Figures", ""]
+    lines += ["## What each claim measures", "", "| claim | source | statistic | control |", "|---|---|---|---|"]
+    lines += [f"| `{claim.id}` | {claim.source} | {_cell(claim.measures)} | {_cell(claim.control)} |"
+              for claim in CLAIMS]
+    lines += ["", "## Figures", ""]
     for caption, path in figures:
         lines += [f"### {caption}", "", f"![{caption}]({_relative(path, out)})", ""]
     return "\n".join(lines)
@@ -216,7 +219,11 @@ def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: 
                          f"<td>{escape(interval_text(item.interval))}</td><td>{claim.comparison} {item.threshold:g}"
                          f"</td><td class='{_verdict_class(item.verdict)}'>{escape(item.verdict)}</td></tr>")
         parts.append("</table>")
-    parts.append("<h2>Figures</h2>")
+    parts.append("<h2>What each claim measures</h2><table><tr><th>claim</th><th>source</th><th>statistic</th>"
+                 "<th>control</th></tr>")
+    parts += [f"<tr><td>{escape(claim.id)}</td><td>{escape(claim.source)}</td><td>{escape(claim.measures)}</td>"
+              f"<td>{escape(claim.control)}</td></tr>" for claim in CLAIMS]
+    parts.append("</table><h2>Figures</h2>")
     for caption, path in figures:
         encoded = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f"<figure><figcaption>{escape(caption)}</figcaption>"
