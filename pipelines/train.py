@@ -3,9 +3,10 @@
 train.embeddings chooses what E does: `trained` (E, p, v jointly), `untrained` (E frozen at E0, its random
 initialisation) or `one_step` (E frozen at E1, E0 after the one GD step of Lemma 4.1). E0, p0 and v are drawn
 from the run's seed as the one_step stage draws them. Every arm follows one protocol (training/protocol.py):
-a fit at each rate of train.lr_grid with early stopping in the same epoch budget, the lowest validation loss
-kept, then its control on shuffled labels. dvc.yaml runs each arm on each of train.datasets for every seed
-(train@<dataset>-<arm>-<seed>), into results/train/<dataset>/<arm>/seed<seed>/.
+each rate of train.lr_grid screened for a few epochs, the best on validation trained under the stopping rule
+(and train.lr, for the matched-lr protocol), then its control on shuffled labels. dvc.yaml runs each arm on
+each of train.datasets for every seed (train@<dataset>-<arm>-<seed>), into
+results/train/<dataset>/<arm>/seed<seed>/.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def train(config: Config, run: StageRun) -> None:
     fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")
     curves = curve_settings(config.train)
     trained = train_with_control(model, data, settings.lr_grid, settings, checkpoint_dir("train", f"{dataset}/{arm}")
-                                 / f"seed{seed}", fingerprint, run, seed, show_progress(), tokens, curves)
+                                 / f"seed{seed}", fingerprint, run, seed, show_progress(), tokens, curves,
+                                 matched=settings.lr)
     out = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
     write_csv(out / "grid.csv", trained.trials)
     run.log_artifact(out / "grid.csv")

@@ -96,9 +96,9 @@ class GradientFlowConfig:
                                    help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
     max_margin: bool = bounded(True, help="solve the max-margin QP of Theorem 4.3 (small data only)")
     control_contraction: float = bounded(200.0, gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
-                                                                "lambda/2 |p|^2, lambda = control_contraction / (lr "
-                                                                "steps) (at most 1/lr), so that the flow settles at "
-                                                                "its finite minimiser within the run")
+                                                                "lambda/2 |p|^2 for a quarter of the steps T', lambda "
+                                                                "= control_contraction / (lr T') (at most 1/lr), so "
+                                                                "that it settles at its finite minimiser")
 
 
 EMBEDDINGS = ("trained", "untrained", "one_step")
@@ -119,6 +119,8 @@ class TrainConfig:
                           "validation loss (the same procedure for every arm)"})
     lr: float = bounded(1e-3, gt=0.0, help="the learning rate of the ablations, and of the matched-lr protocol "
                                            "(every arm at this lr; it must be in lr_grid)")
+    screen_epochs: int = bounded(3, ge=1, help="each rate of lr_grid first trains this many epochs; the one with the "
+                                               "lowest validation loss then trains under the stopping rule")
     weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
     batch_size: int = bounded(256, ge=1, help="sequences per minibatch")
     max_epochs: int = bounded(20, ge=1, help="at most this many epochs (the budget of every arm)")

@@ -158,20 +158,20 @@ def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarra
     """The negative controls of the gradient-flow claims, as control_<metric>:
 
     - Lemma 4.2: the same GD on the loss plus lambda/2 |p|^2, which has a finite minimiser, so |p_t| must stop
-      growing; lambda = control_contraction / (lr steps), at most 1/lr (a step then lands on -lr grad L), so
-      that the penalty alone would shrink p by e^-control_contraction over the run. It must be strong: a weak
-      penalty leaves the loss's own landscape in charge (on IMDB, with e^-20, p sat at a saddle near |p| = 3
-      for 600 steps, then escaped to 7 and still crept on), and the flow has not settled when the run ends.
+      growing, for a quarter of the flow's steps (T'); lambda = control_contraction / (lr T'), at most 1/lr (a
+      step then lands on -lr grad L), so that the penalty alone would shrink p by e^-control_contraction. It
+      must be strong: a weak penalty leaves the loss's own landscape in charge (on IMDB, with e^-20 over the
+      whole run, p sat at a saddle near |p| = 3 for 600 steps, then escaped to 7 and still crept on).
       Plain steps only: normalised steps of fixed length circle such a minimiser instead of settling, so with
       gradient_flow.normalized the control is not run (null).
     - Lemma 4.4 and Theorem 4.3 (when the QP is requested): the flow with E frozen at E0, no step taken.
     """
     bags = FusedBags.from_split(train, num_classes(tokens))
     growth = None
-    if not settings.normalized:  # logged at T/4, T/2 and T: what p_norm_growth reads
-        penalised = run_gradient_flow(E1, p0, v, bags, steps=settings.steps, lr=settings.lr,
-                                      log_every=max(1, settings.steps // 4),
-                                      penalty=min(settings.control_contraction / settings.steps, 1.0) / settings.lr)
+    if not settings.normalized:  # a quarter of the flow's steps, logged at its T/4, T/2 and T
+        steps = max(4, settings.steps // 4)
+        penalised = run_gradient_flow(E1, p0, v, bags, steps=steps, lr=settings.lr, log_every=max(1, steps // 4),
+                                      penalty=min(settings.control_contraction / steps, 1.0) / settings.lr)
         growth = p_norm_growth(penalised.steps, penalised.p_norm)
     controls: dict[str, float | None] = {"control_p_norm_growth": growth}
     if settings.max_margin:  # only its end is judged: logged at the start and the end

@@ -128,7 +128,10 @@ class BagClassifier(ClassifierModule):
     def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, important: torch.Tensor,
                  train_embeddings: bool, optimizer: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0) -> None:
         super().__init__(important, optimizer, lr, weight_decay)
-        self.E = nn.Parameter(E.clone(), requires_grad=train_embeddings)
+        if train_embeddings:
+            self.E = nn.Parameter(E.clone())
+        else:  # frozen: a buffer left out of the checkpoints (60 MB on IMDB, written twice an epoch for nothing);
+            self.register_buffer("E", E.clone(), persistent=False)  # a resumed fit rebuilds it from the seed
         self.p = nn.Parameter(p.clone())
         self.v = nn.Parameter(v.clone())
 

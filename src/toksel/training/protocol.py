@@ -1,19 +1,26 @@
 """One protocol for the runs a claim compares: the same learning-rate procedure and stopping rule for every
 arm, and each run's negative control.
 
-- Learning rate: the model is trained at every rate of a grid (one rate for the ablations), each trial a fit
-  with early stopping on the validation loss within the same epoch budget; the trial with the lowest
-  validation loss is kept. Each trial is an MLflow run nested under the stage's, tagged `lr`. A rate at which
-  the loss stops being finite loses (a warning, its run FAILED); when every rate does, the stage stops.
+- Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs
+  (the screen); the rate with the lowest validation loss then trains afresh under the stopping rule (early
+  stopping on the validation loss, within the epoch budget): the kept model. The rate the matched-lr protocol
+  reads (train.lr) trains under the stopping rule too, when it is not the kept one. A single rate (the
+  ablations) skips the screen. A rate at which the loss stops being finite loses the screen (a warning, its
+  run FAILED); when every rate does, the stage stops. Every fit is an MLflow run nested under the stage's,
+  tagged `lr` and `phase` (screen, kept, matched).
 - Control: the kept rate again, on the same rows with the labels of both splits shuffled: what the model makes
   of data in which no token goes with a label (its curves are read against the true held-out statistics).
   Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so the
-  control's interval over the seeds holds the shuffle's chance too. Its run is tagged `labels`
-  `shuffled`; its metrics join the stage's as control_<name>.
+  control's interval over the seeds holds the shuffle's chance too.
+
+A screen of a few epochs ranks the rates as the full fits would (on IMDB the frozen arms' best rate converges
+fastest, and the trained arm's best is at its best by the second epoch) at a third of the cost of training
+every rate to its stopping point.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import warnings
@@ -41,10 +48,17 @@ DataFactory = Callable[[bool], pl.LightningDataModule]
 
 @dataclass
 class Trained:
-    module: ClassifierModule  # the kept trial's model (its best checkpoint)
+    module: ClassifierModule  # the kept fit's model (its best checkpoint)
     metrics: Metrics  # its metrics, with `lr` and the control's as control_<name>
     curves: dict[str, BinnedCurve]
-    trials: pd.DataFrame  # one row per learning rate: lr, and every metric of that trial
+    trials: pd.DataFrame  # one row per learning rate: lr, its screen's validation loss, and the metrics of a full fit
+
+
+@dataclass(frozen=True)
+class Fitted:
+    module: ClassifierModule
+    metrics: Metrics
+    curves: dict[str, BinnedCurve]
 
 
 def validation_loss(metrics: Metrics) -> float:
@@ -52,38 +66,69 @@ def validation_loss(metrics: Metrics) -> float:
     return math.inf if value is None or not math.isfinite(value) else float(value)
 
 
-def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
-                       checkpoints: Path, fingerprint: str, run: StageRun, seed: int, progress: bool,
-                       tokens: pd.DataFrame, curves: CurveSettings, among: np.ndarray | None = None) -> Trained:
-    """Fit at every rate, keep the lowest validation loss, then fit the control at that rate."""
-    kept: Trained | None = None
+class Protocol:
+    """The fits of one stage: each an MLflow run nested under the stage's, its checkpoints in its own folder."""
+
+    def __init__(self, model: ModelFactory, data: DataFactory, settings: TrainConfig, checkpoints: Path,
+                 fingerprint: str, run: StageRun, seed: int, progress: bool, tokens: pd.DataFrame,
+                 curves: CurveSettings, among: np.ndarray | None) -> None:
+        self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
+        self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
+        self.tokens, self.curves, self.among = tokens, curves, among
+
+    def fit(self, lr: float, phase: str, shuffled: bool = False, epochs: int | None = None) -> Fitted:
+        """One fit at `lr` (within `epochs`, else the budget), logged as its own run; the module and metrics."""
+        settings = self.settings if epochs is None else dataclasses.replace(self.settings, max_epochs=epochs)
+        labels, phase = ("shuffled", "control") if shuffled else ("true", phase)
+        name = "control: shuffled labels" if shuffled else f"lr {lr:g} ({phase})"
+        with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}) as trial:
+            module = self.model(lr, shuffled)
+            result = fit(module, self.data(shuffled), settings, self.checkpoints / f"{phase}-lr{lr:g}",
+                         self.fingerprint, trial, self.seed, self.progress)
+            metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
+            trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
+        return Fitted(module, metrics, curves)
+
+
+def screen(protocol: Protocol, rates: Sequence[float]) -> tuple[float, list[dict]]:
+    """Each rate for screen_epochs epochs: the rate with the lowest validation loss, and a row per rate."""
     rows: list[dict] = []
     for lr in rates:
         try:
-            with run.child(f"lr {lr:g}", {"lr": f"{lr:g}", "labels": "true"}) as trial:
-                module = model(lr, False)
-                result = fit(module, data(False), settings, checkpoints / f"lr{lr:g}", fingerprint, trial, seed,
-                             progress)
-                metrics, binned = summarise(module, result, tokens, curves, among)
-                trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
+            fitted = protocol.fit(lr, "screen", epochs=protocol.settings.screen_epochs)
         except TrainingDiverged as error:
-            if len(rows) == len(rates) - 1 and kept is None:
-                raise  # every rate diverged: nothing to keep
             warnings.warn(f"learning rate {lr:g} left out: {error}", stacklevel=2)
-            rows.append({"lr": lr, "diverged": 1.0})
+            rows.append({"lr": lr, "diverged": 1.0, "screen_val_loss": math.inf})
             continue
-        rows.append({"lr": lr, "diverged": 0.0, **metrics})
-        if kept is None or validation_loss(metrics) < validation_loss(kept.metrics):
-            kept = Trained(module, {"lr": lr, **metrics}, binned, pd.DataFrame())
-    assert kept is not None  # the grid is never empty (config), and a grid that only diverged raised above
-    lr = float(kept.metrics["lr"])
-    with run.child("control: shuffled labels", {"lr": f"{lr:g}", "labels": "shuffled"}) as control:
-        module = model(lr, True)
-        result = fit(module, data(True), settings, checkpoints / "control", fingerprint, control, seed, progress)
-        shuffled, _ = summarise(module, result, tokens, curves, among)
-        control.log_metrics({name: value for name, value in shuffled.items() if name not in result.test})
+        rows.append({"lr": lr, "diverged": 0.0, "screen_val_loss": validation_loss(fitted.metrics)})
+    finite = [row for row in rows if math.isfinite(row["screen_val_loss"])]
+    if not finite:
+        raise TrainingDiverged(f"training diverged at every learning rate of train.lr_grid = {list(rates)}: lower "
+                               "the learning rate (train.lr or train.lr_grid)")
+    return min(finite, key=lambda row: row["screen_val_loss"])["lr"], rows
+
+
+def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
+                       checkpoints: Path, fingerprint: str, run: StageRun, seed: int, progress: bool,
+                       tokens: pd.DataFrame, curves: CurveSettings, among: np.ndarray | None = None,
+                       matched: float | None = None) -> Trained:
+    """Screen the rates, fit the best (and `matched`, the matched-lr protocol's rate) under the stopping rule,
+    then the control at the kept rate."""
+    protocol = Protocol(model, data, settings, checkpoints, fingerprint, run, seed, progress, tokens, curves, among)
+    kept_lr, rows = screen(protocol, rates) if len(rates) > 1 else (rates[0], [{"lr": rates[0], "diverged": 0.0}])
+    kept = protocol.fit(kept_lr, "kept")
+    full = {kept_lr: kept}
+    if matched is not None and matched != kept_lr:
+        try:
+            full[matched] = protocol.fit(matched, "matched")
+        except TrainingDiverged as error:
+            warnings.warn(f"the matched-lr protocol's rate {matched:g} diverged: {error}", stacklevel=2)
+    for row in rows:
+        if row["lr"] in full:
+            row |= full[row["lr"]].metrics
+    control = protocol.fit(kept_lr, "control", shuffled=True)
     if is_worker():  # a DDP worker has trained its share of every fit; rank 0 writes the outputs
         raise WorkerFinished
     shutil.rmtree(checkpoints, ignore_errors=True)  # finished: nothing left to resume
-    metrics = {**kept.metrics, **{CONTROL_PREFIX + name: value for name, value in shuffled.items()}}
-    return Trained(kept.module, metrics, kept.curves, pd.DataFrame(rows))
+    controls = {CONTROL_PREFIX + name: value for name, value in control.metrics.items()}
+    return Trained(kept.module, {"lr": kept_lr, **kept.metrics, **controls}, kept.curves, pd.DataFrame(rows))
