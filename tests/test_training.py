@@ -35,7 +35,7 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     assert metrics["best_train_accuracy"] > 0.9 and metrics["best_val_accuracy"] > 0.8
     assert metrics["best_train_loss"] < 0.5 * np.log(2)  # well below the loss of a blind guess
     assert metrics["control_test_accuracy"] < 0.75  # shuffled training labels: nothing to learn about the test labels
-    assert pd.read_csv(out / "grid.csv")["lr"].tolist() == [0.02]
+    assert pd.read_csv(out / "grid.csv")["lr"].tolist() == [0.02]  # one rate: no screen
     assert not (prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0").exists()  # nothing to resume
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
@@ -48,6 +48,7 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     trials = {run.data.tags["labels"]: run for run in runs if run.data.tags.get("mlflow.parentRunId")
               == training.info.run_id}
     assert trials.keys() == {"true", "shuffled"} and trials["true"].data.tags["lr"] == "0.02"
+    assert (trials["true"].data.tags["phase"], trials["shuffled"].data.tags["phase"]) == ("kept", "control")
     assert all(run.data.tags["seed"] == "0" and run.info.status == "FINISHED" for run in trials.values())
     losses = [point.value for point in client.get_metric_history(trials["true"].info.run_id, "train_loss_epoch")]
     assert len(losses) == 6 and losses[-1] < 0.5 * losses[0]
@@ -89,6 +90,24 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
     with stage_run("train", config, ("train",)) as run:
         fresh = fit(*_fit_parts(config), config.train, folder, "other parameters", run, seed=0, progress=False)
     assert fresh.resumed_from_epoch is None
+
+
+def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_under_the_stopping_rule(prepared):
+    grid = ["train.lr_grid=[0.0001,0.02,0.5]", "train.lr=0.0001", "train.screen_epochs=2"]
+    assert train.main([*TINY, *TRAIN, *grid]) == 0
+    out = seed_folder(prepared, "train", "synthetic/trained")
+    rows = pd.read_csv(out / "grid.csv").set_index("lr")
+    assert rows.index.tolist() == [0.0001, 0.02, 0.5] and rows["screen_val_loss"].notna().all()
+    kept = json.loads((out / "metrics.json").read_text())["lr"]
+    assert kept == rows["screen_val_loss"].idxmin() != 0.0001  # the screen's best: not the slow rate
+    full = rows["test_accuracy"].notna()
+    assert sorted(rows.index[full]) == sorted({kept, 0.0001})  # the kept rate and the matched-lr one, in full
+    assert rows.loc[kept, "epochs"] == 6  # the full budget (TINY_TRAIN: 6 epochs, patience 6), not the screen's 2
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    phases = sorted(run.data.tags["phase"] for run in client.search_runs(
+        [client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'train'")
+        if "toksel.trial" in run.data.tags)
+    assert phases == ["control", "kept", "matched", "screen", "screen", "screen"]
 
 
 def test_evaluate_sets_the_three_training_runs_side_by_side(prepared):
