@@ -29,6 +29,10 @@ def compare(config: Config, run: StageRun) -> None:
     runs = dataset_runs(dataset, config, arms=True)
     details = {"accuracy_gap": f"test accuracy {number(mean_over_seeds(runs, 'trained', 'test_accuracy'))} "
                                f"against {number(mean_over_seeds(runs, 'untrained', 'test_accuracy'))}"}
+    for curve in ("v", "p"):  # the raw ratio, which moves with the scales of v and p, beside the judged one
+        raw = [seed["trained"][f"bin_std_{curve}"] / seed["one_step"][f"bin_std_{curve}"] for seed in runs.values()
+               if seed.get("trained", {}).get(f"bin_std_{curve}") and seed.get("one_step", {}).get(f"bin_std_{curve}")]
+        details[f"spread_ratio_{curve}"] = f"raw per-bin std ratio {number(sum(raw) / len(raw) if raw else None)}"
     measurements = dataset_measurements(dataset, config, "compare", details, tokens)
     out = results_dir("compare", dataset)
     write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it

@@ -130,5 +130,5 @@ def test_the_report_counts_the_verdicts_and_draws_them(controlled):
     assert f"{metrics['claims_held']:.0f} of {metrics['claims']:.0f} claims hold" in text
     assert metrics["claims_inconclusive"] == text.split("## Figures")[0].count("| inconclusive |")
     assert "## How the protocol moves the verdicts" in text and "| matched lr |" in text
-    assert "| theory protocol |" in text
+    assert "| theory protocol |" in text and "raw per-bin std ratio" in text
     assert (controlled / "results" / "report" / "verdicts.png").stat().st_size > 20_000

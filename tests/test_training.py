@@ -15,6 +15,7 @@ from pipelines import compare, gradient_flow, train
 from tests.helpers import TINY, TINY_TRAIN, seed_folder
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
+from toksel.measurements import EQUAL, MATCHED, grid_runs
 from toksel.paths import processed_dir, results_dir
 from toksel.theory.token_curves import binned_curve
 from toksel.tracking import stage_run
@@ -108,6 +109,10 @@ def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_un
         [client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'train'")
         if "toksel.trial" in run.data.tags)
     assert phases == ["control", "kept", "matched", "screen", "screen", "screen"]
+    config = load_config([*TINY, *TRAIN, *grid])
+    equal, matched = (grid_runs("synthetic", config, protocol)[0]["trained"] for protocol in (EQUAL, MATCHED))
+    assert equal["test_accuracy"] == pytest.approx(rows.loc[kept, "screen_test_accuracy"])  # after the screen
+    assert equal["epochs"] == 2 and matched["test_accuracy"] == pytest.approx(rows.loc[0.0001, "test_accuracy"])
 
 
 def test_evaluate_sets_the_three_training_runs_side_by_side(prepared):

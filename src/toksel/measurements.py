@@ -4,8 +4,9 @@ stage's); toksel.claims reads them.
 
 Besides each claim's own protocol (every arm at its tuned learning rate), the training claims whose verdict
 depends on the protocol are measured again under other protocols, for the report's sensitivity table:
-`matched lr` (every arm at train.lr, read from the runs of each arm's grid) and, for the spread ratios, the
-`theory protocol` (E frozen at E1, v at v0, p from gradient_flow: the setting of Lemma 4.1 and Theorem 4.3).
+`matched lr` (every arm at train.lr, read from the runs of each arm's grid), `equal steps` (every arm at its
+kept rate after the same train.screen_epochs epochs: its screen) and, for the spread ratios, the `theory
+protocol` (E frozen at E1, v at v0, p from gradient_flow: the setting of Lemma 4.1 and Theorem 4.3).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from toksel.theory.token_curves import CurveSettings, token_curves
 
 Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics
 PROTOCOL_CLAIMS = ("accuracy_gap", "spread_ratio_v", "spread_ratio_p")
-MATCHED, THEORY = "matched lr", "theory protocol"
+MATCHED, EQUAL, THEORY = "matched lr", "equal steps", "theory protocol"
+SCREEN_PREFIX = "screen_"  # a rate's metrics after the screen in grid.csv (training/protocol.py writes them)
 
 
 def curve_settings(settings: TrainConfig) -> CurveSettings:
@@ -51,17 +53,25 @@ def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
     return runs
 
 
-def matched_runs(dataset: str, config: Config) -> Runs:
-    """seed -> arm -> the metrics of that arm's grid trial at train.lr (grid.csv)."""
+def grid_runs(dataset: str, config: Config, protocol: str) -> Runs:
+    """seed -> arm -> that arm's metrics under another protocol, from its grid.csv: `matched lr`, the full fit at
+    train.lr; `equal steps`, the screen of its kept rate (screen_<name>)."""
     runs: Runs = {seed: {} for seed in config.base.seeds}
     for arm in EMBEDDINGS:
         for seed in config.base.seeds:
-            path = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed) / "grid.csv"
-            if path.exists():
-                grid = pd.read_csv(path)
-                row = grid[np.isclose(grid["lr"], config.train.lr)]
-                if len(row):
-                    runs[seed][arm] = {key: _plain(value) for key, value in row.iloc[0].items()}
+            folder = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
+            if not (folder / "grid.csv").exists() or not (folder / "metrics.json").exists():
+                continue
+            grid = pd.read_csv(folder / "grid.csv")
+            wanted = config.train.lr if protocol == MATCHED else read_json(folder / "metrics.json").get("lr")
+            row = grid[np.isclose(grid["lr"], wanted)] if wanted is not None else grid.iloc[:0]
+            if not len(row):
+                continue
+            values = {key: _plain(value) for key, value in row.iloc[0].items()}
+            if protocol == EQUAL:
+                values = {key[len(SCREEN_PREFIX):]: value for key, value in values.items()
+                          if key.startswith(SCREEN_PREFIX)}
+            runs[seed][arm] = values
     return runs
 
 
@@ -101,8 +111,9 @@ def dataset_measurements(dataset: str, config: Config, producer: str, details: d
     if not variants or tokens is None:
         return measured
     curves = curve_settings(config.train)
-    matched = matched_runs(dataset, config)
-    measured += [measure(claim, dataset, matched, protocol=MATCHED) for claim in variants]
+    for protocol in (MATCHED, EQUAL):
+        measured += [measure(claim, dataset, grid_runs(dataset, config, protocol), protocol=protocol)
+                     for claim in variants]
     theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, tokens, seed, curves)}
               for seed in config.base.seeds}
     measured += [measure(claim, dataset, theory, protocol=THEORY) for claim in variants

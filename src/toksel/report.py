@@ -18,7 +18,7 @@ from pathlib import Path
 
 from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_scope
 from toksel.config import Config, load_config
-from toksel.measurements import MATCHED, PROTOCOL_CLAIMS, THEORY
+from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY
 from toksel.paths import results_dir
 from toksel.verdict import Interval
 
@@ -28,7 +28,7 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
 }
-PROTOCOLS = ("tuned lr", MATCHED, THEORY)  # the sensitivity table's rows; "tuned lr" is the claims' own
+PROTOCOLS = ("tuned lr", MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; "tuned lr" is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
 
 
@@ -150,10 +150,12 @@ def sensitivity_lines(found: list[tuple[Claim, str, str, Assessment]]) -> list[s
     return lines
 
 
-PROTOCOL_NOTE = ("Each embedding arm at its own learning rate, the best of train.lr_grid on the validation loss "
-                 "(`tuned lr`, the claims' protocol); every arm at train.lr (`matched lr`); for the spread "
-                 "ratios, E frozen at E1 with v at v0 and p from gradient flow (`theory protocol`) in place of the "
-                 "trained one-step arm. The same stopping rule and epoch budget throughout.")
+PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own learning rate, the best of "
+                 "train.lr_grid on the validation loss, trained to its validation optimum (early stopping within the "
+                 "epoch budget); `matched lr`: every arm at train.lr, the same stopping rule; `equal steps`: every "
+                 "arm at its tuned rate after the same train.screen_epochs epochs; `theory protocol`, for the "
+                 "spread ratios: E frozen at E1 with v at v0 and p from gradient flow in place of the trained "
+                 "one-step arm.")
 METHOD_NOTE = ("Each claim is measured on every seed of base.seeds; `ours` is the mean with its 95 % interval "
                "(Student's t over the seeds; the phase diagram's claims: the grid's brackets, the fit's "
                "confidence interval). A claim holds when the whole interval lies on its side of the threshold, "

@@ -35,6 +35,7 @@ import pytorch_lightning as pl
 from toksel.claims import CONTROL_PREFIX
 from toksel.config import TrainConfig
 from toksel.distributed import WorkerFinished, is_worker
+from toksel.measurements import SCREEN_PREFIX
 from toksel.theory.token_curves import BinnedCurve, CurveSettings
 from toksel.tracking import StageRun
 from toksel.training.classifier import ClassifierModule
@@ -51,7 +52,7 @@ class Trained:
     module: ClassifierModule  # the kept fit's model (its best checkpoint)
     metrics: Metrics  # its metrics, with `lr` and the control's as control_<name>
     curves: dict[str, BinnedCurve]
-    trials: pd.DataFrame  # one row per learning rate: lr, its screen's validation loss, and the metrics of a full fit
+    trials: pd.DataFrame  # one row per rate: lr, its screen's metrics (screen_<name>), a full fit's metrics
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,11 @@ class Protocol:
         return Fitted(module, metrics, curves)
 
 
+
+
 def screen(protocol: Protocol, rates: Sequence[float]) -> tuple[float, list[dict]]:
-    """Each rate for screen_epochs epochs: the rate with the lowest validation loss, and a row per rate."""
+    """Each rate for screen_epochs epochs: the rate with the lowest validation loss, and a row per rate with the
+    screen's metrics (screen_<name>)."""
     rows: list[dict] = []
     for lr in rates:
         try:
@@ -100,7 +104,8 @@ def screen(protocol: Protocol, rates: Sequence[float]) -> tuple[float, list[dict
             warnings.warn(f"learning rate {lr:g} left out: {error}", stacklevel=2)
             rows.append({"lr": lr, "diverged": 1.0, "screen_val_loss": math.inf})
             continue
-        rows.append({"lr": lr, "diverged": 0.0, "screen_val_loss": validation_loss(fitted.metrics)})
+        rows.append({"lr": lr, "diverged": 0.0, "screen_val_loss": validation_loss(fitted.metrics),
+                     **{SCREEN_PREFIX + name: value for name, value in fitted.metrics.items()}})
     finite = [row for row in rows if math.isfinite(row["screen_val_loss"])]
     if not finite:
         raise TrainingDiverged(f"training diverged at every learning rate of train.lr_grid = {list(rates)}: lower "
