@@ -8,6 +8,7 @@ merge; every message names the full key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -322,10 +323,16 @@ def _check_consistency(config: Config, prefix: str) -> None:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
 
 
+@functools.cache
+def _schema() -> Any:
+    """The schema as an OmegaConf node, built once: each merge copies it, and building it is the slow part."""
+    return OmegaConf.structured(Config)
+
+
 def _resolve(layers: list[Any], prefix: str = "") -> Config:
     """Merge the layers onto the schema and validate; errors name the key, after `prefix`."""
     try:
-        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), *layers))
+        config = OmegaConf.to_object(OmegaConf.merge(_schema(), *layers))
     except OmegaConfBaseException as error:
         key = f"{prefix}{getattr(error, 'full_key', None) or '?'}"
         if isinstance(error, ConfigKeyError):

@@ -17,7 +17,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import t as student_t
 
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "not computed")
@@ -55,6 +54,8 @@ def seed_interval(values: Sequence[float | None], confidence: float = CONFIDENCE
     if n == 1:
         return Interval(kept, mean, math.nan, math.nan, math.nan, "one seed: no interval")
     std = math.sqrt(math.fsum((value - mean) ** 2 for value in kept) / (n - 1))
+    from scipy.stats import t as student_t  # here: scipy.stats costs a second to import, and training stages need none
+
     half = float(student_t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
     return Interval(kept, mean, std, mean - half, mean + half, f"{confidence:.0%} t-interval over {n} seeds")
 
