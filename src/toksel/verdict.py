@@ -17,7 +17,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "not computed")
 
