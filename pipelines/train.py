@@ -11,6 +11,7 @@ results/train/<dataset>/<arm>/seed<seed>/.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -44,6 +45,9 @@ def train(config: Config, run: StageRun) -> None:
     init = initialise(len(tokens), config.model.d, seed, num_classes=classes)
     dtype = parameter_dtype(settings.precision)
 
+    # Each fit of the stage (screens, kept, matched, control) starts from the same E and reads the same rows:
+    # both made once per label set (E1 is a full pass over the split; the splits are read from disk).
+    @functools.cache
     def start(shuffled: bool) -> torch.Tensor:
         """E0, or E1: the one step on the train split this model trains on (the control's labels are shuffled)."""
         if arm != "one_step":
@@ -59,6 +63,7 @@ def train(config: Config, run: StageRun) -> None:
                              train_embeddings=arm == "trained", optimizer=settings.optimizer, lr=lr,
                              weight_decay=settings.weight_decay)
 
+    @functools.cache
     def data(shuffled: bool) -> PackedDataModule:
         return PackedDataModule(folder, settings.batch_size, settings.val_fraction, seed, dtype,
                                 label_seed=(config.base.data_seed, seed) if shuffled else None)

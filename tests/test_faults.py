@@ -74,7 +74,7 @@ def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(
 
 def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
     args = [*TINY, *TINY_TRAIN, "train.max_epochs=10", "train.patience=10"]
-    last = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0" / "kept-lr0.02" / "last.ckpt"
+    last = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0" / "lr0.02" / "last.ckpt"
     process = start_stage("train", args, prepared)
     _wait_until(last.exists, process)
     process.kill()

@@ -121,9 +121,9 @@ class TrainConfig:
     lr: float = bounded(1e-3, gt=0.0, help="the learning rate of the ablations, and of the matched-lr protocol "
                                            "(every arm at this lr; it must be in lr_grid)")
     screen_epochs: int = bounded(3, ge=1, help="each rate of lr_grid first trains this many epochs; the one with the "
-                                               "lowest validation loss then trains under the stopping rule")
+                                               "lowest validation loss goes on from there under the stopping rule")
     weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
-    batch_size: int = bounded(256, ge=1, help="sequences per minibatch")
+    batch_size: int = bounded(512, ge=1, help="sequences per minibatch")
     max_epochs: int = bounded(20, ge=1, help="at most this many epochs (the budget of every arm)")
     patience: int = bounded(3, ge=1, help="early stopping: epochs without a lower validation loss")
     val_fraction: float = bounded(0.1, gt=0.0, le=0.5, help="share of the train split held out for validation")

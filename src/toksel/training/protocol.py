@@ -2,12 +2,14 @@
 arm, and each run's negative control.
 
 - Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs
-  (the screen); the rate with the lowest validation loss then trains afresh under the stopping rule (early
-  stopping on the validation loss, within the epoch budget): the kept model. The rate the matched-lr protocol
-  reads (train.lr) trains under the stopping rule too, when it is not the kept one. A single rate (the
-  ablations) skips the screen. A rate at which the loss stops being finite loses the screen (a warning, its
-  run FAILED); when every rate does, the stage stops. Every fit is an MLflow run nested under the stage's,
-  tagged `lr` and `phase` (screen, kept, matched).
+  (the screen); the rate with the lowest validation loss then goes on from where its screen stopped, under the
+  stopping rule (early stopping on the validation loss, within the epoch budget, counted from the first epoch):
+  the kept model. The rate the matched-lr protocol reads (train.lr) goes on the same way, when it is not the
+  kept one. Going on rather than starting afresh saves the screen's epochs, and changes only the order of the
+  batches after the screen (the loader's generator starts anew): a fit's `resumed_from_epoch` is where its
+  screen ended. A single rate (the ablations) skips the screen. A rate at which the loss stops being finite
+  loses the screen (a warning, its run FAILED); when every rate does, the stage stops. Every fit is an MLflow
+  run nested under the stage's, tagged `lr` and `phase` (screen, kept, matched).
 - Control: the kept rate again, on the same rows with the labels of both splits shuffled: what the model makes
   of data in which no token goes with a label (its curves are read against the true held-out statistics).
   Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so the
@@ -82,15 +84,15 @@ class Protocol:
         settings = self.settings if epochs is None else dataclasses.replace(self.settings, max_epochs=epochs)
         labels, phase = ("shuffled", "control") if shuffled else ("true", phase)
         name = "control: shuffled labels" if shuffled else f"lr {lr:g} ({phase})"
+        # One folder per rate on the true labels: a kept or matched fit goes on from its screen's last checkpoint.
+        folder = self.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}")
         with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}) as trial:
             module = self.model(lr, shuffled)
-            result = fit(module, self.data(shuffled), settings, self.checkpoints / f"{phase}-lr{lr:g}",
-                         self.fingerprint, trial, self.seed, self.progress)
+            result = fit(module, self.data(shuffled), settings, folder, self.fingerprint, trial, self.seed,
+                         self.progress)
             metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
         return Fitted(module, metrics, curves)
-
-
 
 
 def screen(protocol: Protocol, rates: Sequence[float]) -> tuple[float, list[dict]]:
