@@ -39,8 +39,9 @@ def phase_row(config: Config, run: StageRun) -> None:
         with run.child(f"cell d={d} eta0={eta0:g}", {"phase_cell": f"d={d} eta0={eta0:g}"}) as cell:
             cell.log_params({"model.d": d, "one_step.eta0": eta0})
             step = one_step_from_initialisation(train, tokens, d, config.seed, eta0)
+            # The grid reads the direction for the cell's own final selection, not for the important tokens.
             flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, config.gradient_flow,
-                                        progress=show_progress())
+                                        progress=show_progress(), important_direction=False)
             metrics = {"d": float(d), "eta0": eta0, **{f"one_step_{name}": value for name, value in
                                                        step.metrics.items()}, **flow.metrics}
             cell.log_metrics(metrics)

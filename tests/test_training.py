@@ -139,6 +139,24 @@ def test_batches_hold_exactly_the_bags_of_their_rows():
     assert batch["labels"].tolist() == split.labels[rows].tolist()
 
 
+def test_an_evaluation_pass_computes_the_token_products_once_and_a_training_step_never_reuses_them():
+    rng = np.random.default_rng(1)
+    sequences = [rng.integers(0, 9, size=rng.integers(1, 7)) for _ in range(12)]
+    split = PackedSplit.from_sequences(sequences, rng.integers(0, 2, size=12), 9)
+    batch = batch_of_rows(split, np.arange(12))
+    generator = torch.Generator().manual_seed(0)
+    E, p, v = (torch.randn(*shape, generator=generator) for shape in ((9, 4), (4,), (4,)))
+    module = BagClassifier(E, p, v, torch.zeros(9, dtype=torch.bool), train_embeddings=True)
+    with torch.no_grad():
+        plain = module.logits(batch)
+        with module.evaluating():
+            assert torch.equal(module.logits(batch), plain)
+            with torch.enable_grad():  # a step with gradients inside a pass: computed afresh, so p gets its gradient
+                module.logits(batch).sum().backward()
+    assert module.p.grad is not None and module.p.grad.abs().sum() > 0
+    assert module._fixed_products is None  # the pass is over: nothing kept
+
+
 def test_bins_with_too_few_tokens_are_left_out_and_quantile_bins_hold_equal_counts():
     x, y = np.array([-1.0, -0.9, 0.0, 0.1, 0.9, 1.0]), np.array([5.0, 7.0, 1.0, 1.0, 4.0, 6.0])
     curve = binned_curve(x, y, bins=4, min_bin_tokens=3)  # every bin holds 0 or 2 tokens

@@ -107,5 +107,5 @@ def test_the_scopes_pick_the_datasets_each_claim_is_judged_on():
     assert judged_on("theorem43_direction") == ["synthetic"]
     assert judged_on("accuracy_gap") == ["imdb", "yelp_polarity"]
     assert judged_on("multiclass_v_increasing") == ["yelp_stars4"]
-    assert judged_on("kq_p_u_shape") == ["imdb", "yelp_polarity"]
+    assert judged_on("kq_p_u_shape") == ["yelp_polarity"]  # ablation.datasets
     assert judged_on("phase_lower_edge") == ["synthetic"]

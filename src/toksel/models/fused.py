@@ -32,8 +32,8 @@ class FusedBags:
     vocab_size: int
     num_classes: int
 
-    @property
-    def longest_row(self) -> int:
+    @functools.cached_property
+    def longest_row(self) -> int:  # read at every step of a flow: computed once
         return int(np.diff(self.indptr).max())
 
     @property

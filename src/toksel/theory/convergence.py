@@ -90,9 +90,10 @@ MAX_QP_CONSTRAINTS = 200_000
 
 def analyse_trajectory(
     trajectory: Trajectory, E: np.ndarray, split: PackedSplit, important: np.ndarray, tol: float,
-    max_margin: bool = True,
+    max_margin: bool = True, important_direction: bool = True,
 ) -> ConvergenceReport:
-    """Selection along the trajectory and, if `max_margin`, the QP for the final selection."""
+    """Selection along the trajectory and, if `max_margin`, the QP for the final selection and (with
+    `important_direction`) the one for the selection of the important tokens, when that is another."""
     def selection(p: np.ndarray) -> np.ndarray:
         return selected_entries(E @ p / np.linalg.norm(p), split, tol)
 
@@ -104,7 +105,7 @@ def analyse_trajectory(
     solution = (solve_max_margin(E, pairs) if max_margin
                 else MaxMarginSolution("not requested", None, np.empty((0, E.shape[1]))))
     cos_important = None
-    if max_margin:
+    if max_margin and important_direction:
         wanted = constraint_pairs(important[split.bag_tokens], split)
         same = len(wanted) == len(pairs) and np.array_equal(wanted, pairs)
         target = solution if same else solve_max_margin(E, wanted)
@@ -142,13 +143,16 @@ class GradientFlowResult:
 
 
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: pd.DataFrame,
-                         settings: GradientFlowConfig, progress: bool = False) -> GradientFlowResult:
-    """GD on p from p0 with E frozen, on the training split, then the theory checks along the way."""
+                         settings: GradientFlowConfig, progress: bool = False,
+                         important_direction: bool = True) -> GradientFlowResult:
+    """GD on p from p0 with E frozen, on the training split, then the theory checks along the way (without
+    `important_direction`, cos_max_margin_important is left null: a second QP that not every caller reads)."""
     bags = FusedBags.from_split(train, num_classes(tokens))
     trajectory = run_gradient_flow(E, p0, v, bags, steps=settings.steps, lr=settings.lr,
                                    normalized=settings.normalized, log_every=settings.log_every, progress=progress)
     important = tokens["important"].to_numpy(dtype=bool)
-    report = analyse_trajectory(trajectory, E, train, important, settings.selection_tol, settings.max_margin)
+    report = analyse_trajectory(trajectory, E, train, important, settings.selection_tol, settings.max_margin,
+                                important_direction)
     metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens)}
     return GradientFlowResult(trajectory, report, metrics)
 

@@ -9,7 +9,8 @@ important.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,21 @@ class ClassifierModule(pl.LightningModule):
     def token_scores(self) -> tuple[np.ndarray, np.ndarray]:
         """(the <cls> score of each token, E_s^T v or E_s^T V), float64 on the CPU: what the figures plot."""
         raise NotImplementedError
+
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """A pass in which the parameters do not change (validation, test, a whole split without gradients): a
+        subclass may compute what depends on the parameters alone once for all its batches."""
+        yield
+
+    def on_validation_epoch_start(self) -> None:
+        self._evaluation = self.evaluating()
+        self._evaluation.__enter__()
+
+    def on_validation_epoch_end(self) -> None:
+        self._evaluation.__exit__(None, None, None)
+
+    on_test_epoch_start, on_test_epoch_end = on_validation_epoch_start, on_validation_epoch_end
 
     def embeddings(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """E, p and v (or V): the parameters the paper's statements are about."""
@@ -135,12 +151,30 @@ class BagClassifier(ClassifierModule):
         self.p = nn.Parameter(p.clone())
         self.v = nn.Parameter(v.clone())
 
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        # E p and E v once per pass, not per batch: each is a pass over E (60 MB on IMDB), most of a batch's cost.
+        with torch.no_grad():
+            self._fixed_products = (self.E @ self.p, self.E @ self.v)
+        try:
+            yield
+        finally:
+            self._fixed_products = None
+
+    def token_products(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E p, E v): the token scores and values, the only way the parameters enter the output. With gradients
+        (a training step) always computed afresh."""
+        fixed = getattr(self, "_fixed_products", None)
+        if fixed is not None and not torch.is_grad_enabled():
+            return fixed
+        return self.E @ self.p, self.E @ self.v
+
     def logits(self, batch: Batch) -> torch.Tensor:
-        return attention_output(self.E @ self.p, self.E @ self.v, Bags.from_batch(batch))
+        return attention_output(*self.token_products(), Bags.from_batch(batch))
 
     def logits_and_focus(self, batch: Batch) -> tuple[torch.Tensor, Focus]:
-        bags, scores = Bags.from_batch(batch), self.E @ self.p
-        logits = attention_output(scores, self.E @ self.v, bags)
+        bags, (scores, values) = Bags.from_batch(batch), self.token_products()
+        logits = attention_output(scores, values, bags)
         with torch.no_grad():
             q = attention_weights(scores, bags)
             important = self.important[bags.tokens].to(q.dtype)

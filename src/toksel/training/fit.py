@@ -165,7 +165,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
 def _full_pass(module: ClassifierModule, data: PackedDataModule, name: str) -> dict[str, float]:
     """Loss and accuracy of the (best) model on a whole split, batch by batch without gradients."""
     loss = correct = 0.0
-    with torch.no_grad():
+    with torch.no_grad(), module.evaluating():
         for batch in data.loader(name):
             batch = {key: value.to(module.device) for key, value in batch.items()}
             batch_loss, batch_accuracy = module.loss_and_accuracy(batch)
