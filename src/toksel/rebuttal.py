@@ -1,4 +1,4 @@
-"""The rebuttal's binned tables (paper.md section 5) and how the shapes of our curves compare with them.
+"""The rebuttal's binned tables (from the authors' rebuttal) and how the shapes of our curves compare with them.
 
 Each table gives, per bin of x, the mean of a token score over the tokens in the bin. Scales depend on how long
 and how a model was trained, so only shapes are compared: our bin means are read at the table's x positions

@@ -1,4 +1,4 @@
-"""Models with positions (issue 5): padded batches of token ids, every softmax masked.
+"""Models with positions: padded batches of token ids, every softmax masked.
 
 A batch is X (n, T) token ids padded with any id where `mask` (n, T) is False. Each model maps it to logits:
 (n,) for two classes, (n, K) for K. The pad positions never enter a softmax (their scores are -inf), so the

@@ -1,6 +1,6 @@
 """Token statistics: counts per label, the average signed frequency alpha_s, the posterior difference.
 
-alpha_s = (1/n) sum_k y_k (1/T_k) sum_i 1{x_i^k = s}, with y in {-1, +1} (paper.md section 3). With this
+alpha_s = (1/n) sum_k y_k (1/T_k) sum_i 1{x_i^k = s}, with y in {-1, +1} (the paper's definition). With this
 normalisation one GD step from the Gaussian initialisation moves E_s^T v by eta0 alpha_s / 2 (Lemma 4.1).
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from toksel.data.corpus import PackedSplit
 
-# Token types (paper.md section 3): by the sign of alpha_s; "completely" = occurs with one label only.
+# Token types (the paper's): by the sign of alpha_s; "completely" = occurs with one label only.
 COMPLETELY_NEGATIVE, NEGATIVE, IRRELEVANT, POSITIVE, COMPLETELY_POSITIVE = -2, -1, 0, 1, 2
 TYPE_NAMES = {
     COMPLETELY_NEGATIVE: "completely negative", NEGATIVE: "negative", IRRELEVANT: "irrelevant",
@@ -77,7 +77,7 @@ def token_types(alpha: np.ndarray, count_positive: np.ndarray, count_negative: n
 
 def class_signed_frequency(split: PackedSplit, num_classes: int, presence: bool = False) -> np.ndarray:
     """(K, |S|): alpha_s^(k) = (1/n) sum_X (c_{X,s} / T_X) (1{y_X = k} - 1/K), the class-k signed frequency of
-    the rebuttal's multi-class one-step formula (paper.md section 1.4). For K = 2, alpha^(1) = alpha / 2.
+    the rebuttal's multi-class one-step formula. For K = 2, alpha^(1) = alpha / 2.
 
     presence: 1{s in X} in place of c_{X,s} / T_X, a document frequency: the scale of the rebuttal's
     multi-class tables (+-0.03), where the one-step formula's 1/T puts the class-k frequency near +-0.003.

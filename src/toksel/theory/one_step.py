@@ -3,7 +3,7 @@
 The check regresses the update along v, (E1 - E0)_s^T v, on alpha_s: slope eta0/2, Pearson r near 1, and the
 part of the update orthogonal to v small next to the part along v.
 
-K > 2 classes (the rebuttal, paper.md section 1.4): with K orthonormal output vectors and the cross-entropy,
+K > 2 classes (the rebuttal): with K orthonormal output vectors and the cross-entropy,
 the update along v_k is eta0 alpha_s^(k), alpha^(k) the class-k signed frequency. At the initialisation every
 class has probability about 1/K, so dL/df_k = 1/K - 1{y = k}; the binary model's sigmoid'(0) = 1/2 is what
 halves its slope.
