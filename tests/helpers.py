@@ -18,9 +18,11 @@ TINY = [
 # Metrics that measure the run, not the result: they differ between two runs of the same thing.
 TIMING_METRICS = {"seconds", "control_seconds", "peak_memory_mb"}
 
-# Training settings a tiny fit completes under in a few seconds: one learning rate, the synthetic data trained.
+# Training settings a tiny fit completes under in a few seconds: one learning rate, the synthetic data trained,
+# the trained arm alone (ALL_ARMS: the three).
 TINY_TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02", "train.lr_grid=[0.02]",
-              "train.datasets=[synthetic]", "train.heldout_min_count=1"]
+              "train.datasets=[synthetic]", "train.heldout_min_count=1", "train.arms=[trained]"]
+ALL_ARMS = "train.arms=[trained,untrained,one_step]"
 
 
 def seed_folder(project: Path, stage: str, run: str, seed: int = 0) -> Path:

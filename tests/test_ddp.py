@@ -39,14 +39,15 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
     every = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
                                filter_string="tags.stage = 'train'")
-    runs = [run for run in every if "toksel.trial" not in run.data.tags]  # the stages, not their trials
+    runs = [run for run in every if "toksel.trial" not in run.data.tags]  # the stages, not their arms and trials
     parents = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
     assert len(runs) == 2 and len(parents) == 2  # one run per training, the two-process one included
-    assert len(every) == 6  # each with its trial at the one learning rate and its control, logged once
+    assert len(every) == 8  # each with its arm, the arm's trial at the one learning rate and its control, logged once
     ddp_parents = client.search_runs([runs[0].info.experiment_id], filter_string="tags.`toksel.pipeline_key` = 'ddp'")
     assert len(ddp_parents) == 1
-    ddp_run = parents[ddp_parents[0].info.run_id]
-    assert ddp_run.info.status == "FINISHED" and ddp_run.data.params["train.devices"] == "2"
+    ddp_stage = parents[ddp_parents[0].info.run_id]
+    assert ddp_stage.info.status == "FINISHED" and ddp_stage.data.params["train.devices"] == "2"
+    ddp_run = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_stage.info.run_id)  # the arm
     assert ddp_run.data.metrics["test_accuracy"] == pytest.approx(distributed["test_accuracy"])
     trial = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_run.info.run_id
                  and run.data.tags["labels"] == "true")

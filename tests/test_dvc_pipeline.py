@@ -28,7 +28,7 @@ def _dvc(project: Path, *args: str) -> str:
 
 
 def _short(name: str) -> str:
-    """A stage name without the dataset, the seed or the grid cell: prepare, ..., train-untrained, phase, ..."""
+    """A stage name without the dataset, the seed or the grid cell: prepare, ..., train, phase, ..."""
     name = re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name))  # the dataset; a phase row's d
     return re.sub(r"-\d+$", "", name).rstrip("-")  # the seed
 
@@ -74,15 +74,15 @@ def _pipeline_runs(project: Path) -> dict[str, list[str]]:
 
 def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project):
     first = _stages_run(_dvc(dvc_project, "repro"))
-    training = ["train-one_step", "train-trained", "train-untrained"]
+    training = ["train"]  # the three arms in one stage
     ablations = ["ablation-two_layer_kq"]  # ablation.variants: one of the four, to keep the test short
     assert first[0] == "prepare" and first.index("one_step") < first.index("gradient_flow")
-    assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train-trained"])
+    assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train"])
     assert first.index("report") == len(first) - 1 and first.index("phase_diagram") > first.index("phase")
     theory = ["phase", "phase_diagram", "report"]
     assert sorted(first) == sorted(["prepare", "one_step", "gradient_flow", *training, "evaluate", "compare",
                                     *ablations, "ablation_report", *theory])
-    every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", *["train"] * 3, "ablation",
+    every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "ablation",
                           "ablation_report", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()

@@ -107,9 +107,11 @@ EMBEDDINGS = ("trained", "untrained", "one_step")
 
 @dataclass
 class TrainConfig:
-    embeddings: str = bounded("trained", choices=EMBEDDINGS,
-                              help="trained: E, p, v jointly; untrained: E frozen at its random init; one_step: "
-                                   "E frozen at E1 of the one_step stage (p, v trained in both)")
+    arms: List[str] = field(  # noqa: UP006
+        default_factory=lambda: list(EMBEDDINGS),
+        metadata={"help": "the embedding arms the train stage fits, in turn: trained (E, p, v jointly), untrained (E "
+                          "frozen at its random init), one_step (E frozen at E1; p, v trained in both). dvc.yaml "
+                          "declares all three arms' outputs, and compare reads them"})
     datasets: List[str] = field(  # noqa: UP006
         default_factory=lambda: ["imdb", "yelp_polarity", "yelp_stars4"],
         metadata={"help": "dvc.yaml trains the three embedding arms on each of these datasets, every seed"})
@@ -287,6 +289,10 @@ def _check_consistency(config: Config, prefix: str) -> None:
     seeds = config.base.seeds
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
         raise ToksError(f"config error: {prefix}base.seeds = {seeds} must be a non-empty list of distinct seeds >= 0")
+    arms = config.train.arms
+    if not arms or len(set(arms)) != len(arms) or not set(arms) <= set(EMBEDDINGS):
+        raise ToksError(f"config error: {prefix}train.arms = {arms} must be a non-empty list of distinct arms of "
+                        f"{', '.join(EMBEDDINGS)}")
     grid = config.train.lr_grid
     if not grid or min(grid) <= 0 or len(set(grid)) != len(grid):
         raise ToksError(f"config error: {prefix}train.lr_grid = {grid} must be a non-empty list of distinct "
