@@ -182,8 +182,8 @@ class AblationConfig:
     variants: List[str] = field(  # noqa: UP006
         default_factory=lambda: ["mlp", "mlp_residual", "two_layer", "two_layer_kq"],
         metadata={"help": f"the sequence.variant values dvc.yaml runs ({', '.join(SEQUENCE_VARIANTS)})"})
-    multiclass: str = bounded("yelp_stars4", help="the dataset whose train@<it>-trained curves are set against "
-                                                 "the rebuttal's 4-class tables")
+    multiclass: str = bounded("yelp_stars4", help="the dataset whose trained-arm curves (train@<it>) are set "
+                                                 "against the rebuttal's 4-class tables")
     min_spearman: float = bounded(0.7, ge=-1.0, le=1.0, help="a curve agrees in shape with a rebuttal table when "
                                                              "the Spearman of their bin means is at least this")
 
