@@ -66,10 +66,10 @@ def render(page: Path, screenshot: Path | None = None) -> Rendering:
     """Load `page` in headless Chromium; optionally save a full-width screenshot of it."""
     if not page.is_file():
         raise ToksError(f"{page} not found: build it first (dvc repro report)")
-    browser = find_chromium()
     source = page.read_text(encoding="utf-8")
     if "</body>" not in source:
         raise ToksError(f"{page} has no </body>: not an HTML page")
+    browser = find_chromium()  # after the page's own checks: what is wrong with it is said on any machine
     images_in_source = len(re.findall(r"<img\b", source, flags=re.IGNORECASE))
     with tempfile.TemporaryDirectory() as folder:
         # In a folder of its own: a self-contained page needs nothing beside it, so a relative link breaks.
