@@ -36,6 +36,8 @@ def test_overrides_are_typed():
         ("gradient_flow.lr=nan", "gradient_flow.lr = nan must be a finite number"),
         ("data.synthetic.mode=paired", "data.synthetic.mode = 'paired' is not one of assumption1, independent"),
         ("data.synthetic.n_train=601", "data.synthetic.n_train and n_test must be even"),
+        ("train.arms=[trained,frozen]", "'frozen'] must be a non-empty list of distinct arms of trained, untrained"),
+        ("train.arms=[trained,trained]", "must be a non-empty list of distinct arms of trained, untrained, one_step"),
         ("eta0", "override 'eta0' is not of the form key=value"),
     ],
 )
