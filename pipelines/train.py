@@ -43,6 +43,7 @@ def train(config: Config, run: StageRun) -> None:
     classes = num_classes(tokens)
     init = initialise(len(tokens), config.model.d, seed, num_classes=classes)
     dtype = parameter_dtype(settings.precision)
+    important = torch.tensor(tokens["important"].to_numpy(dtype=bool))
 
     # Every fit of the stage (each arm's screens, kept, matched, control) reads the same rows and starts from E0
     # or E1: each made once per label set (E1 is a full pass over the split; the splits are read from disk).
@@ -65,8 +66,7 @@ def train(config: Config, run: StageRun) -> None:
     for arm in settings.arms:
         def model(lr: float, shuffled: bool, arm: str = arm) -> BagClassifier:
             E = one_step_embeddings(shuffled) if arm == "one_step" else init.E
-            return BagClassifier(E.to(dtype), init.p.to(dtype), init.v.to(dtype),
-                                 torch.tensor(tokens["important"].to_numpy(dtype=bool)),
+            return BagClassifier(E.to(dtype), init.p.to(dtype), init.v.to(dtype), important,
                                  train_embeddings=arm == "trained", optimizer=settings.optimizer, lr=lr,
                                  weight_decay=settings.weight_decay)
 

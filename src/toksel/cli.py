@@ -40,7 +40,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         except ToksError as error:
             print(f"  ({error})")
         return 0
-    # Known, harmless noise from the stack (toolchain.md): keep the stage output readable.
+    # A known, harmless warning of the stack (a `noload` deprecation notice): keep the stage output readable.
     warnings.filterwarnings("ignore", message=".*noload.*")
     try:
         config = load_config(argv)

@@ -262,7 +262,7 @@ def _start_mlflow(port: int, postgres_port: int, password: str, artifacts: Path,
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
                "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port),
                "--workers", "1"]
-    # One worker and no job runner: 2 processes and about 490 MB instead of 14 and 2.8 GB (toolchain.md).
+    # One worker and no job runner: 2 processes and about 490 MB instead of the defaults' 14 and 2.8 GB.
     # libpq reads the password from PGPASSWORD: it stays out of `ps`.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PGPASSWORD": password}
     return _launch(command, log, lambda process: _wait_for_mlflow(port, process, log, timeout), signal.SIGTERM,
