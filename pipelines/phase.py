@@ -6,14 +6,16 @@ dvc.yaml runs it once per d of phase.d (phase@<d>) with model.d set to it. Each 
 dataset's gradient_flow settings, and is its own MLflow run, nested under the stage's (parameters model.d and
 one_step.eta0). The cell records whether p selects the important tokens and reaches the max-margin direction
 (too large an eta0 breaks selection), and the one-step error, the part of the update orthogonal to v, for the
-d sweep. The row's cells go into one file, results/phase/d<d>/metrics.json, keyed eta<eta0>.
+d sweep. The row's cells go into one file, results/phase/d<d>/metrics.json, keyed eta<eta0>. Each cell is a small
+problem on one thread, so two are computed at a time.
 """
 
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
-from toksel.cli import run_stage, show_progress
+from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import read_token_table
@@ -24,6 +26,7 @@ from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
 
 SECTIONS = ("model", "gradient_flow", "phase.eta0")
+PARALLEL_CELLS = 2
 
 
 def phase_row(config: Config, run: StageRun) -> None:
@@ -34,18 +37,23 @@ def phase_row(config: Config, run: StageRun) -> None:
     train, tokens = PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv")
     d = config.model.d
     run.set_tag("mlflow.runName", f"phase d={d}")
+    def cell(eta0: float) -> dict[str, float]:
+        step = one_step_from_initialisation(train, tokens, d, config.seed, eta0)
+        # The grid reads the direction for the cell's own final selection, not for the important tokens.
+        flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, config.gradient_flow,
+                                    progress=False, important_direction=False)
+        return {"d": float(d), "eta0": eta0, **{f"one_step_{name}": value for name, value in step.metrics.items()},
+                **flow.metrics}
+
+    # Each cell is a small problem that runs on one thread (models/threads.py): two at a time fill two cores.
+    # The compiled passes release the GIL; the cells are independent, so the numbers do not depend on the order.
     cells = {}
-    for eta0 in config.phase.eta0:
-        with run.child(f"cell d={d} eta0={eta0:g}", {"phase_cell": f"d={d} eta0={eta0:g}"}) as cell:
-            cell.log_params({"model.d": d, "one_step.eta0": eta0})
-            step = one_step_from_initialisation(train, tokens, d, config.seed, eta0)
-            # The grid reads the direction for the cell's own final selection, not for the important tokens.
-            flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, config.gradient_flow,
-                                        progress=show_progress(), important_direction=False)
-            metrics = {"d": float(d), "eta0": eta0, **{f"one_step_{name}": value for name, value in
-                                                       step.metrics.items()}, **flow.metrics}
-            cell.log_metrics(metrics)
-        cells[phase_cell_key(eta0)] = metrics
+    with ThreadPoolExecutor(max_workers=PARALLEL_CELLS) as pool:
+        for eta0, metrics in zip(config.phase.eta0, pool.map(cell, config.phase.eta0), strict=True):
+            with run.child(f"cell d={d} eta0={eta0:g}", {"phase_cell": f"d={d} eta0={eta0:g}"}) as logged:
+                logged.log_params({"model.d": d, "one_step.eta0": eta0})
+                logged.log_metrics(metrics)
+            cells[phase_cell_key(eta0)] = metrics
     run.record_metrics(phase_row_dir(d) / "metrics.json", cells)
 
 

@@ -85,3 +85,23 @@ def test_the_growth_of_p_norm_tells_log_growth_from_a_bounded_norm():
     assert p_norm_growth(steps, 10 + 1e-5 * t / 20_000) == 0.0  # a creep far below log growth is no growth
     assert p_norm_growth(steps, np.where(t < 10_000, 10 - t / 10_000, 9 + (t - 10_000) / 1000)) == GROWTH_CAP
     assert np.isnan(p_norm_growth(np.array([0, 1]), np.array([1.0, 2.0])))  # too short to tell
+
+
+def test_small_passes_run_on_one_thread_and_match_the_threaded_path(monkeypatch):
+    import numba
+
+    from toksel.models import threads
+
+    assert threads.threads_for(6_832, 100 * 1024) == 1  # the synthetic data
+    assert threads.threads_for(127_957, 4_431 * 2048) == numba.config.NUMBA_NUM_THREADS  # 4-class Yelp
+    _, bags, (p0, v), E1 = _one_step_case()
+    before = numba.get_num_threads()
+    one = run_gradient_flow(E1, p0, v, bags, steps=200, lr=100.0, log_every=50)
+    assert numba.get_num_threads() == before  # restored after the flow
+    with threads.pass_threads(10**9, 10**9):  # a large problem: every thread, even here
+        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    # Every thread on the same problem: the partial sums split differently, a rounding-level change only.
+    monkeypatch.setattr(threads, "SMALL_ENTRIES", 0)
+    threaded = run_gradient_flow(E1, p0, v, bags, steps=200, lr=100.0, log_every=50)
+    np.testing.assert_allclose(threaded.p, one.p, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(threaded.loss, one.loss, rtol=1e-9)

@@ -88,7 +88,7 @@ def _kernel(outputs: int):
     """The compiled pass for `outputs` value columns. The count is a compile-time constant, so the loops over
     the columns unroll: with it a runtime value, the one-column (binary) pass ran 2.2x slower."""
 
-    @numba.njit(parallel=True, fastmath=False, cache=True)
+    @numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)
     def kernel(a, b, token_exp, shared, with_values, longest, indptr, tokens, counts, labels, grad_a, grad_b,
                losses):  # pragma: no cover (compiled)
         n = len(labels)

@@ -24,7 +24,7 @@ def transposed_product(E: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 
 # fastmath lets LLVM vectorise the dot products by reordering their sums: a rounding-level change.
-@numba.njit(parallel=True, fastmath=True, cache=True)
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _matvec(E, x):  # pragma: no cover (compiled)
     out = np.empty(E.shape[0])
     for i in numba.prange(E.shape[0]):
@@ -35,7 +35,7 @@ def _matvec(E, x):  # pragma: no cover (compiled)
     return out
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _rmatvec(E, g, partial):  # pragma: no cover (compiled)
     rows, d = E.shape
     blocks = partial.shape[0]

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from toksel.errors import ToksError
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
+from toksel.models.threads import pass_threads
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ def run_gradient_flow(
     penalty: GD on the loss plus penalty/2 |p|^2 instead (a loss with a finite minimiser: Lemma 4.2's control).
     """
     values = E @ v  # b = E v (B = E V) is fixed while only p moves
-    return _descend(np.ascontiguousarray(E), p0.astype(np.float64, copy=True), values, bags, steps, lr,
-                    normalized, log_every, progress, penalty)
+    with pass_threads(len(bags.tokens), E.size):
+        return _descend(np.ascontiguousarray(E), p0.astype(np.float64, copy=True), values, bags, steps, lr,
+                        normalized, log_every, progress, penalty)
 
 
 def _descend(E: np.ndarray, p: np.ndarray, values: np.ndarray, bags: FusedBags, steps: int, lr: float,
