@@ -20,6 +20,7 @@ import torch
 from toksel.config import Config
 from toksel.data.token_table import num_classes, read_token_table
 from toksel.io import read_npz
+from toksel.memory import keep_freed_memory
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.paths import processed_dir, results_dir, seed_dir
@@ -61,6 +62,7 @@ class _StepClock(pl.Callback):
 
 def measure(module: ClassifierModule, data: PackedDataModule, windows: int, steps: int, precision: str,
             accelerator: str = "auto") -> Throughput:
+    keep_freed_memory()  # as the stages' fit does: freed gradients stay in the process
     clock = _StepClock()
     trainer = pl.Trainer(max_steps=WARM_UP + windows * steps, accelerator=accelerator, devices=1, precision=precision,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -60,3 +60,16 @@ def test_lightning_throughput_counts_the_steps_reviews_and_padding_of_its_window
     positions = training.two_layer_step(config, "synthetic", bucketed=False, max_len=4, windows=2, steps=2)
     assert 0 < positions.tokens_per_second <= positions.padded_tokens_per_second
     assert positions.padded_tokens_per_second / positions.sequences_per_second == pytest.approx(4)  # cut to 4
+
+
+def test_the_numba_and_torch_passes_in_p_compute_the_same_gradient():
+    from benchmarks.overheads import pass_in_p, training_step_floor
+
+    rng = np.random.default_rng(4)
+    sequences = [rng.integers(0, 25, size=rng.integers(1, 30)) for _ in range(40)]
+    split = PackedSplit.from_sequences(sequences, rng.integers(0, 2, size=40), vocab_size=25)
+    init = initialise(25, 16, seed=5)
+    E, p, v = (np.ascontiguousarray(x.numpy()) for x in (init.E, init.p, init.v))
+    times = pass_in_p(E, 5 * p, v, FusedBags.from_split(split), split, repeats=1)
+    assert times.relative_difference < 1e-10 and min(times.numba, times.torch_float64, times.torch_float32) > 0
+    assert training_step_floor(60_000_000, 25e9) == pytest.approx(9 * 60e6 / 25e9)
