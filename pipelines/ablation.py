@@ -1,11 +1,12 @@
-"""Stage `ablation`: a model with positions (models/sequence.py) trained end to end with Lightning, one seed.
+"""Stage `ablation`: a model with positions (models/sequence.py) trained end to end with Lightning, every seed.
 
 sequence.variant chooses the model: one_layer, mlp, mlp_residual, two_layer (paper Fig. 1, parameter-free
 residual self-attention) or two_layer_kq (the rebuttal's trained W_KQ). sequence.scale picks the size profile:
 `cpu` (minutes here) or `paper` (d 2048, whole reviews, all data: for a GPU). E, p and v start from a Gaussian
 initialisation drawn from the run's seed. The run and its control on shuffled labels follow the protocol of
-training/protocol.py at train.lr. dvc.yaml runs every variant on each dataset of ablation.datasets for every
-seed (ablation@<dataset>-<variant>-<seed>), into results/ablation/<dataset>/<variant>/seed<seed>/.
+training/protocol.py at train.lr. dvc.yaml runs every variant on each dataset of ablation.datasets
+(ablation@<dataset>-<variant>), every seed of base.seeds in one process, into
+results/ablation/<dataset>/<variant>/seed<seed>/; their metrics gathered in results/ablation/<dataset>/<variant>.json.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from toksel.training.record import record_fit
 from toksel.training.sequence_classifier import SequenceModule
 from toksel.training.sequence_data import SequenceDataModule
 
-SECTIONS = ("base.data_seed", "train", "sequence")
+SECTIONS = ("base.seeds", "base.data_seed", "train", "sequence")
 SCORE_LABELS = {"two_layer_kq": "$p^T W_{KQ}^{(2)} E_s$"}  # the rebuttal's plotted score with a trained W_KQ^(2)
 
 
@@ -68,7 +69,8 @@ def ablation(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("ablation", SECTIONS, ablation, argv, seeded=True)
+    return run_stage("ablation", SECTIONS, ablation, argv, every_seed=lambda config: results_dir(
+        "ablation", f"{config.dataset}/{config.sequence.variant}"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Stage `gradient_flow`: E frozen at E1, full-batch GD on p; selection and max-margin checks along the way, and
-the controls of those claims (theory/convergence.py). dvc.yaml runs it for every seed, from that seed's
-one_step (gradient_flow@<dataset>-<seed>), into results/gradient_flow/<dataset>/seed<seed>/."""
+the controls of those claims (theory/convergence.py). Every seed of base.seeds in one process
+(gradient_flow@<dataset>), each from that seed's one_step, into results/gradient_flow/<dataset>/seed<seed>/;
+their metrics gathered in results/gradient_flow/<dataset>.json."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
 from toksel.tracking import StageRun
 
-SECTIONS = ("gradient_flow",)
+SECTIONS = ("base.seeds", "gradient_flow")
 
 
 def gradient_flow(config: Config, run: StageRun) -> None:
@@ -47,7 +48,8 @@ def gradient_flow(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("gradient_flow", SECTIONS, gradient_flow, argv, seeded=True)
+    return run_stage("gradient_flow", SECTIONS, gradient_flow, argv,
+                     every_seed=lambda config: results_dir("gradient_flow", config.dataset))
 
 
 if __name__ == "__main__":

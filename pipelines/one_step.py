@@ -1,7 +1,7 @@
 """Stage `one_step`: E0, p0 ~ N(0, I/d), v a unit vector (K orthonormal v_k for K > 2 classes), drawn from the
 run's seed; one full-batch GD step on E (Lemma 4.1; the rebuttal's formula for K classes), and its control, the
-same regression with no step. dvc.yaml runs it for every seed (one_step@<dataset>-<seed>), into
-results/one_step/<dataset>/seed<seed>/."""
+same regression with no step. Every seed of base.seeds in one process (one_step@<dataset>), each into
+results/one_step/<dataset>/seed<seed>/; their metrics gathered in results/one_step/<dataset>.json."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
 
-SECTIONS = ("model", "one_step")
+SECTIONS = ("base.seeds", "model", "one_step")
 
 
 def one_step(config: Config, run: StageRun) -> None:
@@ -29,7 +29,8 @@ def one_step(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("one_step", SECTIONS, one_step, argv, seeded=True)
+    return run_stage("one_step", SECTIONS, one_step, argv,
+                     every_seed=lambda config: results_dir("one_step", config.dataset))
 
 
 if __name__ == "__main__":

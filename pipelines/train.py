@@ -1,12 +1,13 @@
-"""Stage `train`: the one-layer model trained with Lightning, each embedding arm of train.arms, one seed.
+"""Stage `train`: the one-layer model trained with Lightning, each embedding arm of train.arms, every seed.
 
 An arm is what E does: `trained` (E, p, v jointly), `untrained` (E frozen at E0, its random initialisation) or
 `one_step` (E frozen at E1, E0 after the one GD step of Lemma 4.1). E0, p0 and v are drawn from the run's seed as
 the one_step stage draws them, the same for every arm. Every arm follows one protocol (training/protocol.py):
 each rate of train.lr_grid screened for a few epochs, the best on validation trained under the stopping rule
 (and train.lr, for the matched-lr protocol), then its control on shuffled labels. The arms share one process
-(and its data) because they share every input; each is its own MLflow run under the stage's. dvc.yaml runs
-each of train.datasets for every seed (train@<dataset>-<seed>), into results/train/<dataset>/<arm>/seed<seed>/.
+(and its data) because they share every input; each is its own MLflow run under its seed's. Every seed of
+base.seeds in one process (train@<dataset>), into results/train/<dataset>/<arm>/seed<seed>/; their metrics
+gathered in results/train/<dataset>.json.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
 from toksel.training.record import record_fit
 
-SECTIONS = ("base.data_seed", "model", "one_step", "train")
+SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train")
 
 
 def train(config: Config, run: StageRun) -> None:
@@ -83,7 +84,7 @@ def train(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("train", SECTIONS, train, argv, seeded=True)
+    return run_stage("train", SECTIONS, train, argv, every_seed=lambda config: results_dir("train", config.dataset))
 
 
 if __name__ == "__main__":

@@ -81,13 +81,10 @@ def controlled(tmp_path_factory):
         synthetic = [*TINY, SEEDS]
         for args in (synthetic, TEXT):
             assert prepare.main(args) == 0
-            for seed in (0, 1, 2):
-                assert one_step.main([*args, f"seed={seed}"]) == 0
-                assert gradient_flow.main([*args, f"seed={seed}"]) == 0
-        for seed in (0, 1, 2):
-            assert train.main([*TEXT, f"seed={seed}"]) == 0  # the three arms
-            for variant in ("mlp", "mlp_residual", "two_layer", "two_layer_kq"):
-                assert ablation.main([*TEXT, f"sequence.variant={variant}", f"seed={seed}"]) == 0
+            assert one_step.main(args) == 0 and gradient_flow.main(args) == 0  # every seed of base.seeds
+        assert train.main(TEXT) == 0  # the three arms
+        for variant in ("mlp", "mlp_residual", "two_layer", "two_layer_kq"):
+            assert ablation.main([*TEXT, f"sequence.variant={variant}"]) == 0
         for args in (synthetic, TEXT):
             assert evaluate.main(args) == 0
         assert compare.main(TEXT) == 0 and ablation_report.main(TEXT) == 0

@@ -117,3 +117,22 @@ def test_a_stage_reports_its_own_peak_memory_not_that_of_the_process_that_starte
     child = float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                                  check=True).stdout)
     assert 20 < child < 512 < ballast.nbytes / 2**20
+
+
+def test_a_stage_runs_every_seed_in_one_process_and_gathers_their_metrics(prepared, capsys):
+    assert one_step.main([*TINY, "base.seeds=[1,2]"]) == 0
+    gathered = json.loads((prepared / "results" / "one_step" / "synthetic.json").read_text())
+    assert sorted(gathered) == ["seed1", "seed2"]
+    for seed in (1, 2):
+        written = json.loads((seed_folder(prepared, "one_step", "synthetic", seed) / "metrics.json").read_text())
+        assert gathered[f"seed{seed}"] == written
+    assert gathered["seed1"]["slope"] != gathered["seed2"]["slope"]  # two initialisations, not one run twice
+    client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
+                              filter_string="tags.stage = 'one_step'")
+    assert sorted(run.data.tags["seed"] for run in runs) == ["0", "1", "2"]  # the fixture's seed 0, then 1 and 2
+    assert all(run.info.status == "FINISHED" for run in runs)
+    capsys.readouterr()
+    assert one_step.main([*TINY, "seed=1"]) == 2  # one seed is base.seeds=[1]
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "base.seeds=[<seed>]" in error[0]

@@ -6,17 +6,21 @@ run, and turns bad input into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from toksel.config import Config, describe, load_config
-from toksel.distributed import WorkerFinished
+from toksel.distributed import WorkerFinished, is_worker
 from toksel.errors import ToksError
-from toksel.tracking import StageRun, stage_run
+from toksel.io import write_json
+from toksel.tracking import StageRun, gathered_metrics, stage_run
 
 StageBody = Callable[[Config, StageRun], None]
+SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
 
 
 def show_progress() -> bool:
@@ -27,8 +31,14 @@ def show_progress() -> bool:
 
 
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
-              seeded: bool = False) -> int:
-    """Run `body` as the stage `stage` (its config sections `sections`); seeded: once per seed (`seed=`)."""
+              seeded: bool = False, every_seed: SeedsFolder | None = None) -> int:
+    """Run `body` as the stage `stage` (its config sections `sections`).
+
+    seeded: the run is of one seed (`seed=`, tagged). every_seed: the body runs once for every seed of base.seeds,
+    one after the other in this one process (its imports and data loaded once), each seed its own MLflow stage run
+    tagged `seed`, as a stage per seed would be; the metrics the seeds record under every_seed(config) are then
+    gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
         print(f"usage: python -m pipelines.{stage} [key=value ...]\n\nkeys, with their values in params.yaml:")
@@ -36,7 +46,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
             overrides = [arg for arg in argv if arg not in ("-h", "--help")]
             print("\n".join(describe(load_config(overrides), sections)))
             if seeded:
-                print(f"  {'seed=0':<44} the model seed of this run (dvc.yaml runs each of base.seeds)")
+                print(f"  {'seed=0':<44} the model seed of this run")
         except ToksError as error:
             print(f"  ({error})")
         return 0
@@ -44,11 +54,27 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     warnings.filterwarnings("ignore", message=".*noload.*")
     try:
         config = load_config(argv)
-        with stage_run(stage, config, sections, seeded) as run:
-            body(config, run)
+        if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
+            raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
+                            "set base.seeds=[<seed>] instead of seed=")
+        if every_seed is None:
+            with stage_run(stage, config, sections, seeded) as run:
+                body(config, run)
+        else:
+            _every_seed(stage, sections, config, body, every_seed(config))
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _every_seed(stage: str, sections: tuple[str, ...], config: Config, body: StageBody, folder: Path) -> None:
+    recorded: list[tuple[Path, dict]] = []
+    for seed in config.base.seeds:
+        seeded = dataclasses.replace(config, seed=seed)
+        with stage_run(stage, seeded, sections, seeded=True, recorded=recorded) as run:
+            body(seeded, run)
+    if not is_worker():
+        write_json(folder.with_suffix(".json"), gathered_metrics(recorded, folder))

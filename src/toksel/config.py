@@ -395,7 +395,13 @@ def describe(config: Config, sections: Iterable[str]) -> list[str]:
                 lines.append(f"  {f'{prefix}{spec.name}={value}':<44} {spec.metadata.get('help', '')}".rstrip())
 
     for name in sections:
-        walk(getattr(config, name), f"{name}.")
+        section, _, key = name.partition(".")
+        if not key:
+            walk(getattr(config, section), f"{section}.")
+            continue
+        spec = next(spec for spec in dataclasses.fields(getattr(config, section)) if spec.name == key)
+        lines.append(f"  {f'{name}={getattr(getattr(config, section), key)}':<44} {spec.metadata.get('help', '')}"
+                     .rstrip())
     return lines
 
 

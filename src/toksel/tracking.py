@@ -106,8 +106,11 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
 
-    def __init__(self, client: Any, run_id: str | None, parent_id: str | None = None) -> None:
+    def __init__(self, client: Any, run_id: str | None, parent_id: str | None = None,
+                 recorded: list[tuple[Path, dict[str, Any]]] | None = None) -> None:
         self.client, self.run_id, self.parent_id = client, run_id, parent_id
+        # (path, metrics) of every record_metrics of this run and the runs nested under it
+        self.recorded = [] if recorded is None else recorded
 
     def record_metrics(self, path: Path, metrics: Mapping[str, Any], logged: Iterable[str] = ()) -> None:
         """Write `metrics` to `path` (JSON, for DVC) and log the same numbers to MLflow, with the stage
@@ -117,6 +120,7 @@ class StageRun:
         """
         metrics = {**metrics, "peak_memory_mb": peak_memory_mb()}
         write_json(path, metrics)
+        self.recorded.append((Path(path), metrics))
         logged = set(logged)
         self.log_metrics({name: value for name, value in metrics.items() if name not in logged})
 
@@ -159,7 +163,7 @@ class StageRun:
                                      tags={**inherited, **tags, PARENT_TAG: self.run_id, TRIAL_TAG: name})
         status = "FAILED"
         try:
-            yield StageRun(self.client, run.info.run_id, self.parent_id)
+            yield StageRun(self.client, run.info.run_id, self.parent_id, self.recorded)
             status = "FINISHED"
         finally:
             self.client.set_terminated(run.info.run_id, status)
@@ -174,6 +178,22 @@ class StageRun:
                    if isinstance(value, int | float) and math.isfinite(float(value))]
         for start in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
             self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+
+def gathered_metrics(recorded: Iterable[tuple[Path, Mapping[str, Any]]], folder: Path) -> dict[str, Any]:
+    """The metrics recorded (StageRun.recorded) inside `folder`, nested by their subfolders:
+    folder/seed0/metrics.json -> {"seed0": {...}}, folder/trained/seed0/metrics.json -> {"trained": {"seed0": ...}}."""
+    gathered: dict[str, Any] = {}
+    for path, metrics in recorded:
+        try:
+            parts = path.parent.relative_to(folder).parts
+        except ValueError:
+            continue
+        node = gathered
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1] if parts else path.stem] = dict(metrics)
+    return gathered
 
 
 def _experiment_id(client: Any) -> str:
@@ -234,12 +254,14 @@ class _Silent:
 
 
 @contextmanager
-def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: bool = False) -> Iterator[StageRun]:
+def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: bool = False,
+              recorded: list[tuple[Path, dict[str, Any]]] | None = None) -> Iterator[StageRun]:
     """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception.
 
-    seeded: the stage runs once per seed (config.seed), which tags its run `seed`."""
+    seeded: the run is of one seed (config.seed), which tags it `seed`. recorded: where the run's record_metrics
+    calls are kept (StageRun.recorded), shared by the runs of one process's seeds."""
     if is_worker():
-        yield StageRun(_Silent(), run_id=None)
+        yield StageRun(_Silent(), run_id=None, recorded=recorded)
         return
     from mlflow import MlflowClient
     from mlflow.entities import Param
@@ -266,7 +288,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
     _log_params_file(client, run_id)
     status = "FAILED"
     try:
-        yield StageRun(client, run_id, parent_id)
+        yield StageRun(client, run_id, parent_id, recorded)
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
