@@ -23,7 +23,7 @@ import numpy as np
 import psutil
 import torch
 
-from benchmarks import gradient_flow_rate, overheads, training
+from benchmarks import gradient_flow_rate, overheads, repro_timing, training
 from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
 from benchmarks.timing import timed
 from toksel.config import load_config
@@ -36,6 +36,7 @@ from toksel.paths import processed_dir, results_dir, seed_dir
 
 DATASET = "imdb"
 ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "benchmarks" / "logs"  # stamped `dvc repro -f` logs, named repro-<date>.log so that they sort by time
 
 
 def machine() -> list[str]:
@@ -252,6 +253,24 @@ def peak_memory() -> list[str]:
     return lines
 
 
+def repro_by_stage_kind() -> list[str]:
+    """The stamped `dvc repro -f` logs kept in benchmarks/logs (python -m benchmarks.repro_timing run), side by side."""
+    logs = sorted(LOGS.glob("repro-*.log"))
+    if not logs:
+        return [f"No stamped log in {LOGS}: `python -m benchmarks.repro_timing run {LOGS}/repro-<date>.log`."]
+    return ["The whole pipeline from nothing (`dvc repro -f`, default params.yaml, 2 cores), each log stamped line by "
+            "line by `python -m benchmarks.repro_timing run`; a stage lasts from its `Running stage` line to the "
+            "next one, so DVC's own cost per stage is in it. Oldest log first:", "",
+            *[f"- `{log.name}`: {line}" for log in logs for line in log_notes(log)], "",
+            *repro_timing.table(logs)]
+
+
+def log_notes(log: Path) -> list[str]:
+    """What a kept log was run on: the lines of its `.md` companion, if any."""
+    note = log.with_suffix(".md")
+    return note.read_text().strip().splitlines() if note.exists() else ["(no note)"]
+
+
 def _sections(text: str) -> dict[str, list[str]]:
     """The lines of each `## title` section of an earlier results.md, heading included."""
     sections: dict[str, list[str]] = {}
@@ -274,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (seed_dir(results_dir("one_step", DATASET), 0) / "embeddings.npz").exists():
         print(f"benchmarks: {results_dir('one_step', DATASET)}/embeddings.npz is missing: run "
-              f"`dvc repro one_step@{DATASET}-0` first", file=sys.stderr)
+              f"`dvc repro one_step@{DATASET}` first", file=sys.stderr)
         return 2
     sections = {
         "Machine": machine,
@@ -286,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "Lightning training throughput": lambda: lightning(args.repeats),
         "Fixed cost of a stage, by kind": lambda: fixed_cost(args.repeats),
         "The full-batch pass in p: numba against torch": lambda: torch_against_numba(args.repeats),
+        "`dvc repro -f` from nothing, by stage kind": repro_by_stage_kind,
         "Peak memory of every stage (its metrics.json, from the last dvc repro)": peak_memory,
     }
     kept = _sections(args.out.read_text()) if args.only and args.out.exists() else {}

@@ -1,0 +1,92 @@
+"""Where a whole `dvc repro -f` spends its time, by stage kind.
+
+`python -m benchmarks.repro_timing run LOG` runs `dvc repro -f` in the project, stamping every line of its output
+with the time (seconds since the epoch) into LOG; `python -m benchmarks.repro_timing table LOG [LOG ...]` reads
+such logs and prints, per stage kind, the stages run and the seconds they took (a stage lasts from its
+"Running stage" line to the next one, or to the end of the run), one column per log, as Markdown.
+Run it with the project's environment active (the stages call `python`) and the data mirror set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+STAGE_LINE = re.compile(r"^(\d+) Running stage '([^']+)'")
+STAMPED = re.compile(r"^(\d+) ")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    stages: dict[str, list[float]]  # stage kind -> the seconds of each of its stages
+    total: float  # first stage start to the last line
+
+    def kind_seconds(self, kind: str) -> float:
+        return sum(self.stages.get(kind, []))
+
+
+def run(log: Path) -> int:
+    """`dvc repro -f`, every output line stamped with the time, into `log`."""
+    # Unbuffered, or DVC's lines reach the pipe in blocks and their stamps say when a block was full.
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("w", buffering=1) as out, subprocess.Popen(["dvc", "repro", "-f"], stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True, env=environment) as process:
+        for line in process.stdout:
+            out.write(f"{int(time.time())} {line}")
+        code = process.wait()
+        out.write(f"{int(time.time())} exit {code}\n")
+    return code
+
+
+def breakdown(log: Path) -> Breakdown:
+    starts: list[tuple[str, int]] = []
+    last = first = None
+    for line in log.read_text().splitlines():
+        stamped = STAMPED.match(line)
+        if not stamped:
+            continue
+        last = int(stamped.group(1))
+        first = last if first is None else first
+        stage = STAGE_LINE.match(line)
+        if stage:
+            starts.append((stage.group(2), int(stage.group(1))))
+    if not starts or last is None:
+        raise ValueError(f"{log}: no stage was run")
+    stages: dict[str, list[float]] = defaultdict(list)
+    for (name, start), (_, stop) in zip(starts, [*starts[1:], ("end", last)], strict=True):
+        stages[name.split("@")[0]].append(float(stop - start))
+    return Breakdown(dict(stages), float(last - first))
+
+
+def table(logs: list[Path]) -> list[str]:
+    found = [breakdown(log) for log in logs]
+    kinds = list(dict.fromkeys(kind for result in found for kind in result.stages))
+    lines = ["| stage kind | " + " | ".join(f"{log.name}: stages, seconds" for log in logs) + " |",
+             "|---|" + "---|" * len(logs)]
+    for kind in kinds:
+        cells = [f"{len(result.stages.get(kind, []))}, {result.kind_seconds(kind):,.0f} s" for result in found]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines.append("| **all** | " + " | ".join(f"**{sum(len(v) for v in result.stages.values())}, "
+                                              f"{result.total:,.0f} s**" for result in found) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) >= 2 and args[0] == "run":
+        return run(Path(args[1]))
+    if len(args) >= 2 and args[0] == "table":
+        print("\n".join(table([Path(name) for name in args[1:]])))
+        return 0
+    print("usage: python -m benchmarks.repro_timing run LOG | table LOG [LOG ...]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
