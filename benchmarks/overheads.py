@@ -3,7 +3,8 @@ the full-batch pass in p on numba against torch.
 
 - Fixed cost of a stage kind: a fresh process that imports the stage's module and runs `run_stage` with a body
   that does nothing (config, MLflow run under a pipeline parent, its parameters and its end), timed from outside,
-  beside the same process that only imports the module. Runs go to the MLflow experiment `toksel-benchmarks`.
+  beside the same process that only imports the module; the MLflow store reached through its companion process
+  (tracker.py), and opened by the process itself. Runs go to the MLflow experiment `toksel-benchmarks`.
 - Training step floor: the bytes a trained-E step of the `train` stage must move at least (read E once for the
   products, write its gradient once, and the fused AdamW's four reads and three writes of E-sized arrays) at the
   read bandwidth measured here.
@@ -52,11 +53,14 @@ class FixedCost:
     stage: str
     imports: float  # median seconds of a process that imports the stage's module
     total: float  # median seconds of a process that also runs run_stage with a body that does nothing
+    total_own_store: float  # the same, the stage opening the MLflow store itself (TOKSEL_TRACKER=0)
 
 
-def _process_seconds(code: str, args: list[str], repeats: int) -> float:
+def _process_seconds(code: str, args: list[str], repeats: int, companion: bool = True) -> float:
+    """companion: the store reached through its companion process (started by the warm-up run, as by the first
+    stage of a pipeline), else opened by the process itself."""
     environment = {**os.environ, "MLFLOW_EXPERIMENT_NAME": EXPERIMENT, "TOKSEL_PROGRESS": "0",
-                   "TOKSEL_PIPELINE_ID": "benchmarks"}
+                   "TOKSEL_PIPELINE_ID": "benchmarks", "TOKSEL_TRACKER": "1" if companion else "0"}
 
     def run() -> None:
         subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=environment, check=True,
@@ -67,7 +71,9 @@ def _process_seconds(code: str, args: list[str], repeats: int) -> float:
 
 def fixed_costs(repeats: int) -> list[FixedCost]:
     return [FixedCost(stage, _process_seconds(f"import pipelines.{stage}", [], repeats),
-                      _process_seconds(NOTHING, [stage, *args], repeats)) for stage, args in STAGES.items()]
+                      _process_seconds(NOTHING, [stage, *args], repeats),
+                      _process_seconds(NOTHING, [stage, *args], repeats, companion=False))
+            for stage, args in STAGES.items()]
 
 
 def training_step_floor(E_bytes: int, bandwidth: float) -> float:

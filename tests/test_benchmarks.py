@@ -73,3 +73,15 @@ def test_the_numba_and_torch_passes_in_p_compute_the_same_gradient():
     times = pass_in_p(E, 5 * p, v, FusedBags.from_split(split), split, repeats=1)
     assert times.relative_difference < 1e-10 and min(times.numba, times.torch_float64, times.torch_float32) > 0
     assert training_step_floor(60_000_000, 25e9) == pytest.approx(9 * 60e6 / 25e9)
+
+
+def test_the_repro_timing_splits_a_stamped_log_by_stage_kind(tmp_path):
+    from benchmarks.repro_timing import breakdown, table
+
+    log = tmp_path / "repro.log"
+    log.write_text("100 Running stage 'prepare@synthetic':\n100 > python -m pipelines.prepare\n"
+                   "103 Running stage 'one_step@synthetic':\n104 some output\n"
+                   "110 Running stage 'one_step@imdb':\n130 Updating lock file 'dvc.lock'\n131 TOTAL 31 s\n")
+    found = breakdown(log)
+    assert found.stages == {"prepare": [3.0], "one_step": [7.0, 21.0]} and found.total == 31.0
+    assert table([log])[-1] == "| **all** | **3, 31 s** |"

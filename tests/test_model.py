@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from toksel.data.corpus import PackedSplit
+from toksel.models import one_layer
 from toksel.models.one_layer import Bags, classification_loss, dense_forward, forward, initialise
 
 
@@ -106,3 +107,23 @@ def test_multiclass_initialisation_has_orthonormal_output_vectors():
     # The binary draws are those of a two-class initialisation: E, p and v unchanged by the option.
     two, five = initialise(50, 64, seed=0), initialise(50, 64, seed=0, num_classes=5)
     assert torch.equal(two.E, five.E) and torch.equal(two.p, five.p)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_training_steps_products_give_autograds_gradients(dtype):
+    generator = torch.Generator().manual_seed(3)
+    shapes = ((37, 11), (11,), (11,), (37,), (37,))
+    E, p, v, g, h = (torch.randn(*shape, generator=generator, dtype=dtype) for shape in shapes)
+    gradients = []
+    for products in (one_layer.token_products, lambda E, p, v: (E @ p, E @ v)):
+        leaves = [tensor.clone().requires_grad_() for tensor in (E, p, v)]
+        scores, values = products(*leaves)
+        (scores @ g + values @ h).backward()
+        gradients.append([leaf.grad for leaf in leaves])
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+    for ours, autograds in zip(*gradients, strict=True):
+        assert ours.dtype == dtype and torch.allclose(ours, autograds, rtol=tolerance, atol=tolerance)
+    frozen = E.clone()  # a frozen E (no gradient) costs no dE
+    scores, values = one_layer.token_products(frozen, p.clone().requires_grad_(), v)
+    scores.sum().backward()
+    assert frozen.grad is None

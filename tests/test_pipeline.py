@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
 from tests.helpers import ROOT, TINY, seed_folder
+from toksel import tracker
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
 SEEDED = ("one_step", "gradient_flow")  # their outputs go to <stage>/<dataset>/seed<k>/
@@ -26,16 +27,20 @@ def _folder(project, stage):
 @pytest.fixture(scope="module")
 def finished_pipeline(tmp_path_factory):
     """The four stages on TINY in a throw-away project, shared by this module's tests (the last one, which breaks
-    an output on purpose, runs last)."""
+    an output on purpose, runs last); the MLflow store is reached through its companion process, as in a pipeline."""
     project = tmp_path_factory.mktemp("project")
     shutil.copy(ROOT / "params.yaml", project / "params.yaml")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(project)
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
         patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
+        patch.setenv("TOKSEL_TRACKER", "1")
+        patch.setenv("TOKSEL_TRACKER_IDLE", "120")
         for module in STAGES.values():
             assert module.main(TINY) == 0
+        assert tracker.socket_path(f"sqlite:///{project / 'mlflow.db'}").exists()
         yield project
+        assert tracker.stop(f"sqlite:///{project / 'mlflow.db'}")
 
 
 def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):

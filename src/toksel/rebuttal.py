@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 _BINARY_X = (-0.95, -0.85, -0.76, -0.66, -0.56, -0.47, -0.37, -0.28, -0.18, -0.08, 0.01, 0.11, 0.21, 0.30, 0.40,
              0.50, 0.59, 0.69, 0.79, 0.89)
@@ -79,6 +78,8 @@ def shape_agreement(table: Table, centres: np.ndarray, means: np.ndarray) -> Sha
     inside = (theirs_x >= ours_x.min()) & (theirs_x <= ours_x.max())
     ours = np.interp(theirs_x[inside], ours_x, means[filled])  # our bin means, linearly between our centres
     enough = inside.sum() >= 3
+    from scipy.stats import spearmanr  # here: scipy.stats takes half a second to import
+
     return ShapeAgreement(
         spearman=float(spearmanr(ours, np.asarray(table.means)[inside]).statistic) if enough else float("nan"),
         our_min_x=float(centres[filled][np.argmin(means[filled])]),

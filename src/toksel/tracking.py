@@ -5,7 +5,8 @@ through a pipeline key: $TOKSEL_PIPELINE_ID if set, else the id of the `dvc` pro
 stage started by hand gets a parent of its own). Stage runs carry the tags stage, dataset, git_sha and
 params_hash, the stage's flattened parameters, its metrics (the same as its metrics.json) and artifacts.
 
-The store is $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project root>/mlflow.db.
+The store is $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project root>/mlflow.db, reached through its
+companion process (tracker.py), which opens it once for all the stages.
 
 A stage killed outright (kill -9, a lost machine) cannot close its run; each run therefore carries its host and
 process, and the next stage to start on that host marks such orphans KILLED. Under DDP only rank 0 holds a run:
@@ -14,7 +15,6 @@ the other processes (distributed.is_worker) log nothing.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import resource
@@ -35,6 +35,7 @@ from toksel.distributed import is_worker
 from toksel.io import write_json
 from toksel.paths import project_root
 from toksel.processes import Process
+from toksel.tracker import RemoteStore, Store, open_store
 
 EXPERIMENT = "toksel"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
@@ -106,9 +107,9 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
 
-    def __init__(self, client: Any, run_id: str | None, parent_id: str | None = None,
+    def __init__(self, store: Store | RemoteStore | _Silent, run_id: str | None, parent_id: str | None = None,
                  recorded: list[tuple[Path, dict[str, Any]]] | None = None) -> None:
-        self.client, self.run_id, self.parent_id = client, run_id, parent_id
+        self.store, self.run_id, self.parent_id = store, run_id, parent_id
         # (path, metrics) of every record_metrics of this run and the runs nested under it
         self.recorded = [] if recorded is None else recorded
 
@@ -133,21 +134,19 @@ class StageRun:
                          for step, value in zip(steps, values, strict=True))
 
     def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+        self.store.log_artifact(self.run_id, str(path), artifact_path)
 
     def log_pipeline_artifact(self, path: Path | str) -> None:
         """An artifact of the pipeline's parent run (the report), as well as of this run."""
         self.log_artifact(path)
         if self.parent_id is not None:
-            self.client.log_artifact(self.parent_id, str(path))
+            self.store.log_artifact(self.parent_id, str(path))
 
     def set_tag(self, key: str, value: str) -> None:
-        self.client.set_tag(self.run_id, key, value)
+        self.store.set_tag(self.run_id, key, value)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        self.client.log_batch(self.run_id, params=[Param(key, str(value)) for key, value in params.items()])
+        self.store.log_batch(self.run_id, [], [[key, str(value)] for key, value in params.items()])
 
     @contextmanager
     def child(self, name: str, tags: Mapping[str, str]) -> Iterator[StageRun]:
@@ -157,27 +156,25 @@ class StageRun:
         if self.run_id is None:  # a DDP worker: nothing is logged
             yield self
             return
-        inherited = {key: value for key, value in self.client.get_run(self.run_id).data.tags.items()
-                     if not key.startswith("mlflow.")}
-        run = self.client.create_run(self.client.get_run(self.run_id).info.experiment_id, run_name=name,
-                                     tags={**inherited, **tags, PARENT_TAG: self.run_id, TRIAL_TAG: name})
+        info = self.store.run_info(self.run_id)
+        inherited = {key: value for key, value in info["tags"].items() if not key.startswith("mlflow.")}
+        run_id = self.store.create_run(info["experiment_id"], name,
+                                       {**inherited, **tags, PARENT_TAG: self.run_id, TRIAL_TAG: name})
         status = "FAILED"
         try:
-            yield StageRun(self.client, run.info.run_id, self.parent_id, self.recorded)
+            yield StageRun(self.store, run_id, self.parent_id, self.recorded)
             status = "FINISHED"
         finally:
-            self.client.set_terminated(run.info.run_id, status)
+            self.store.set_terminated(run_id, status)
 
     def _log_points(self, points: Iterable[tuple[str, float | None, int]]) -> None:
         """(name, value, step) triples; None, NaN and inf are left out (JSON has them as null), and so are nested
         groups (a phase row's cells, which their own runs hold)."""
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        metrics = [Metric(name, float(value), now, step) for name, value, step in points
+        metrics = [[name, float(value), now, int(step)] for name, value, step in points
                    if isinstance(value, int | float) and math.isfinite(float(value))]
         for start in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
-            self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+            self.store.log_batch(self.run_id, metrics[start : start + 1000], [])
 
 
 def gathered_metrics(recorded: Iterable[tuple[Path, Mapping[str, Any]]], folder: Path) -> dict[str, Any]:
@@ -196,58 +193,48 @@ def gathered_metrics(recorded: Iterable[tuple[Path, Mapping[str, Any]]], folder:
     return gathered
 
 
-def _experiment_id(client: Any) -> str:
-    from mlflow.exceptions import MlflowException
-
-    experiment = client.get_experiment_by_name(experiment_name())
-    if experiment is not None:
-        return experiment.experiment_id
+def _experiment_id(store: Store | RemoteStore) -> str:
     # With the embedded store, pin artifacts to the project root: a relative default would follow the working
     # directory, which `dvc exp run --temp` deletes afterwards. A server chooses its own artifact store.
     embedded = tracking_uri().startswith("sqlite:")
-    location = (project_root() / "mlartifacts").as_uri() if embedded else None
-    try:
-        return client.create_experiment(experiment_name(), artifact_location=location)
-    except MlflowException:  # created meanwhile by a concurrent stage
-        return client.get_experiment_by_name(experiment_name()).experiment_id
+    return store.experiment_id(experiment_name(), (project_root() / "mlartifacts").as_uri() if embedded else None)
 
 
-def _parent_run(client: Any, experiment_id: str, key: str) -> str:
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_KEY_TAG}` = '{key}'",
-                               max_results=1)
+def _parent_run(store: Store | RemoteStore, experiment_id: str, key: str) -> str:
+    found = store.search_runs(experiment_id, f"tags.`{PIPELINE_KEY_TAG}` = '{key}'", 1)
     if found:
-        client.update_run(found[0].info.run_id, status="RUNNING")
-        return found[0].info.run_id
-    run = client.create_run(experiment_id, run_name=f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                            tags={PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha()})
-    _log_params_file(client, run.info.run_id)
-    return run.info.run_id
+        store.set_status(found[0]["run_id"], "RUNNING")
+        return found[0]["run_id"]
+    run_id = store.create_run(experiment_id, f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                              {PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha()})
+    _log_params_file(store, run_id)
+    return run_id
 
 
-def _log_params_file(client: Any, run_id: str) -> None:
+def _log_params_file(store: Store | RemoteStore, run_id: str) -> None:
     params_file = project_root() / "params.yaml"
     if params_file.exists():
-        client.log_artifact(run_id, str(params_file))
+        store.log_artifact(run_id, str(params_file))
 
 
-def close_orphaned_runs(client: Any, experiment_id: str) -> list[str]:
+def close_orphaned_runs(store: Store | RemoteStore, experiment_id: str) -> list[str]:
     """Mark KILLED the RUNNING stage runs of this host whose process is gone, and then their parent when no stage
     of it still runs; returns the stage runs so closed."""
     host = socket.gethostname()
-    running = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000)
-    orphans = [run for run in running if run.data.tags.get(HOST_TAG) == host and PROCESS_TAG in run.data.tags
-               and not Process.parse(run.data.tags[PROCESS_TAG]).running()]
+    running = store.search_runs(experiment_id, "attributes.status = 'RUNNING'", 1000)
+    orphans = [run for run in running if run["tags"].get(HOST_TAG) == host and PROCESS_TAG in run["tags"]
+               and not Process.parse(run["tags"][PROCESS_TAG]).running()]
     for run in orphans:
-        client.set_terminated(run.info.run_id, "KILLED")
-    still_running = {run.data.tags.get(PARENT_TAG) for run in running if run not in orphans}
-    for parent in {run.data.tags.get(PARENT_TAG) for run in orphans} - still_running - {None}:
-        if client.get_run(parent).info.status == "RUNNING":
-            client.set_terminated(parent, "KILLED")
-    return [run.info.run_id for run in orphans]
+        store.set_terminated(run["run_id"], "KILLED")
+    still_running = {run["tags"].get(PARENT_TAG) for run in running if run not in orphans}
+    for parent in {run["tags"].get(PARENT_TAG) for run in orphans} - still_running - {None}:
+        if store.run_info(parent)["status"] == "RUNNING":
+            store.set_terminated(parent, "KILLED")
+    return [run["run_id"] for run in orphans]
 
 
 class _Silent:
-    """A client that drops every call: the MLflow run of a DDP worker process, which rank 0 logs for."""
+    """A store that drops every call: the MLflow run of a DDP worker process, which rank 0 logs for."""
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
@@ -263,33 +250,40 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
     if is_worker():
         yield StageRun(_Silent(), run_id=None, recorded=recorded)
         return
-    from mlflow import MlflowClient
-    from mlflow.entities import Param
-
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # keep the store's INFO chatter out of stage output
-    client = MlflowClient(tracking_uri())
-    experiment_id = _experiment_id(client)
-    for orphan in close_orphaned_runs(client, experiment_id):
+    store = _store()
+    experiment_id = _experiment_id(store)
+    for orphan in close_orphaned_runs(store, experiment_id):
         print(f"{stage}: MLflow run {orphan} was left running by a process that is gone: marked KILLED",
               file=sys.stderr)
-    parent_id = _parent_run(client, experiment_id, pipeline_key())
+    parent_id = _parent_run(store, experiment_id, pipeline_key())
     resolved = config.sections(sections)
     tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.dataset, "git_sha": git_sha(),
             "params_hash": params_hash(resolved), HOST_TAG: socket.gethostname(),
             PROCESS_TAG: str(Process.current())}
     if seeded:
         tags["seed"] = str(config.seed)
-    run_id = client.create_run(experiment_id, run_name=stage, tags=tags).info.run_id
-    params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
+    run_id = store.create_run(experiment_id, stage, tags)
+    params = [[key, str(value)] for key, value in flatten(resolved).items()]
     if seeded:
-        params.append(Param("seed", str(config.seed)))
+        params.append(["seed", str(config.seed)])
     for start in range(0, len(params), 100):
-        client.log_batch(run_id, params=params[start : start + 100])
-    _log_params_file(client, run_id)
+        store.log_batch(run_id, [], params[start : start + 100])
+    _log_params_file(store, run_id)
     status = "FAILED"
     try:
-        yield StageRun(client, run_id, parent_id, recorded)
+        yield StageRun(store, run_id, parent_id, recorded)
         status = "FINISHED"
     finally:
-        client.set_terminated(run_id, status)
-        client.set_terminated(parent_id, "FINISHED" if status == "FINISHED" else "FAILED")
+        store.set_terminated(run_id, status)
+        store.set_terminated(parent_id, "FINISHED" if status == "FINISHED" else "FAILED")
+
+
+_stores: dict[str, Store | RemoteStore] = {}
+
+
+def _store() -> Store | RemoteStore:
+    """The store of tracking_uri(), opened once per process (the seeds of a stage share it)."""
+    uri = tracking_uri()
+    if uri not in _stores:
+        _stores[uri] = open_store(uri)
+    return _stores[uri]

@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import t as student_t
 
 
 def predicted_window(mean_abs_alpha: float, d: int) -> tuple[float, float]:
@@ -94,6 +93,8 @@ def fit_power_law(d: np.ndarray, y: np.ndarray) -> PowerLaw:
     if len(log_d) > 2:
         residuals = log_y - (slope * log_d + intercept)
         stderr = math.sqrt(float(residuals @ residuals) / (len(log_d) - 2) / float(((log_d - log_d.mean()) ** 2).sum()))
+        from scipy.stats import t as student_t  # here: half a second to import, for this one quantile
+
         half = float(student_t.ppf(0.975, len(log_d) - 2)) * stderr
         interval = (float(slope) - half, float(slope) + half)
     return PowerLaw(float(slope), float(math.exp(intercept)), r, interval)

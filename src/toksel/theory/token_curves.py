@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from toksel.data.token_table import num_classes, occurring
 
@@ -87,6 +86,8 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation; NaN with fewer than three tokens or a constant side."""
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return float("nan")
+    from scipy.stats import spearmanr  # here: scipy.stats takes half a second to import, most stages need none
+
     return float(spearmanr(a, b).statistic)
 
 

@@ -24,6 +24,7 @@ from toksel.models.one_layer import (
     attention_weights,
     classification_loss,
     predicted_labels,
+    token_products,
 )
 
 Batch = Mapping[str, torch.Tensor]
@@ -155,7 +156,7 @@ class BagClassifier(ClassifierModule):
     def evaluating(self) -> Iterator[None]:
         # E p and E v once per pass, not per batch: each is a pass over E (60 MB on IMDB), most of a batch's cost.
         with torch.no_grad():
-            self._fixed_products = (self.E @ self.p, self.E @ self.v)
+            self._fixed_products = token_products(self.E, self.p, self.v)
         try:
             yield
         finally:
@@ -167,7 +168,7 @@ class BagClassifier(ClassifierModule):
         fixed = getattr(self, "_fixed_products", None)
         if fixed is not None and not torch.is_grad_enabled():
             return fixed
-        return self.E @ self.p, self.E @ self.v
+        return token_products(self.E, self.p, self.v)
 
     def logits(self, batch: Batch) -> torch.Tensor:
         return attention_output(*self.token_products(), Bags.from_batch(batch))
@@ -190,7 +191,8 @@ class BagClassifier(ClassifierModule):
         return logits, focus
 
     def token_scores(self) -> tuple[np.ndarray, np.ndarray]:
-        return as_numpy(self.E @ self.p), as_numpy(self.E @ self.v)
+        with torch.no_grad():
+            return tuple(map(as_numpy, token_products(self.E, self.p, self.v)))
 
     def embeddings(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.E, self.p, self.v
