@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +26,7 @@ from toksel.memory import keep_freed_memory
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.training import classifier
 from toksel.training.classifier import BagClassifier, ClassifierModule
 from toksel.training.data import PackedDataModule
 from toksel.training.fit import parameter_dtype
@@ -78,6 +81,18 @@ def measure(module: ClassifierModule, data: PackedDataModule, windows: int, step
         rates.append(np.concatenate([[steps], sizes[first + 1:last + 1].sum(axis=0)]) / seconds)
     median = [statistics.median(rate[i] for rate in rates) for i in range(4)]
     return Throughput(*median, windows=windows, steps=steps)
+
+
+@contextmanager
+def autograd_products() -> Iterator[None]:
+    """The model's E p and E v as plain torch products differentiated by autograd, instead of the compiled
+    products with their own gradient (models/one_layer.token_products): what the step cost without them."""
+    compiled = classifier.token_products
+    classifier.token_products = lambda E, p, v: (E @ p, E @ v)
+    try:
+        yield
+    finally:
+        classifier.token_products = compiled
 
 
 def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Throughput:
