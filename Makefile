@@ -28,11 +28,13 @@ repro: $(STAMP)
 test: $(STAMP)
 	@$(MAKE) --no-print-directory chromium || echo "no Chromium: the report's render test will be skipped"
 	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
-	$(BIN)/ruff check src pipelines tests benchmarks
+	$(BIN)/ruff check src pipelines tests benchmarks tools
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
-	$(BIN)/ruff check src pipelines tests benchmarks
+	$(BIN)/ruff check src pipelines tests benchmarks tools
+	$(BIN)/lint-imports --no-cache
 
 # Headless Chromium (Debian package; root or sudo), for the report's render check and its test.
 chromium:

@@ -22,7 +22,7 @@ from toksel.io import read_npz
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
 from toksel.paths import processed_dir, results_dir, seed_dir
-from toksel.training.gradient_flow import run_gradient_flow
+from toksel.theory.gradient_flow import run_gradient_flow
 
 STEPS = 100
 

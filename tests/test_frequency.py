@@ -1,7 +1,7 @@
 import numpy as np
 
 from toksel.data.corpus import PackedSplit
-from toksel.theory.frequency import average_signed_frequency, token_statistics
+from toksel.data.frequency import average_signed_frequency, token_statistics
 
 
 def _random_split(rng, n=60, vocab=15):

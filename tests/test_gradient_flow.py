@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from tests.test_one_step import _class_biased_split
+from toksel.data.frequency import class_signed_frequency
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
 from toksel.theory.convergence import GROWTH_CAP, analyse_trajectory, p_norm_growth
-from toksel.theory.frequency import class_signed_frequency
+from toksel.theory.gradient_flow import run_gradient_flow
 from toksel.theory.one_step import one_gradient_step_on_embeddings
-from toksel.training.gradient_flow import run_gradient_flow
 
 VOCAB = SyntheticVocabulary(n_positive=4, n_negative=4, n_irrelevant=24)
 

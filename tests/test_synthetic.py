@@ -1,14 +1,14 @@
 import numpy as np
 import pytest
 
-from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1, generate_independent
-from toksel.theory.frequency import (
+from toksel.data.frequency import (
     COMPLETELY_NEGATIVE,
     COMPLETELY_POSITIVE,
     IRRELEVANT,
     assumption1_fraction,
     token_statistics,
 )
+from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1, generate_independent
 
 VOCAB = SyntheticVocabulary(n_positive=5, n_negative=6, n_irrelevant=30)
 

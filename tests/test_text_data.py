@@ -11,12 +11,12 @@ from omegaconf import OmegaConf
 from pipelines import prepare
 from toksel.config import DataConfig
 from toksel.data.corpus import PackedSplit
+from toksel.data.frequency import average_signed_frequency, class_signed_frequency
 from toksel.data.sources import balanced_subsample, load_text_split
 from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import train_tokenizer, word_tokens
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
 from toksel.errors import ToksError
-from toksel.theory.frequency import average_signed_frequency, class_signed_frequency
 
 TRAIN = pd.DataFrame({
     "text": ["A great movie!<br /><br />Great acting.", "Great fun, great cast", "Loved it. Great!",

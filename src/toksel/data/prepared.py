@@ -10,12 +10,7 @@ import pandas as pd
 
 from toksel.config import DataConfig
 from toksel.data.corpus import PackedSplit
-from toksel.data.sources import balanced_subsample, load_text_split
-from toksel.data.synthetic import SyntheticVocabulary, generate
-from toksel.data.token_table import token_table, top_decile
-from toksel.data.tokenize import train_tokenizer
-from toksel.data.vocabulary import UNKNOWN, build_vocabulary
-from toksel.theory.frequency import (
+from toksel.data.frequency import (
     TokenStatistics,
     assumption1_fraction,
     class_counts,
@@ -23,6 +18,11 @@ from toksel.theory.frequency import (
     token_statistics,
     without_tokens,
 )
+from toksel.data.sources import balanced_subsample, load_text_split
+from toksel.data.synthetic import SyntheticVocabulary, generate
+from toksel.data.token_table import token_table, top_decile
+from toksel.data.tokenize import train_tokenizer
+from toksel.data.vocabulary import UNKNOWN, build_vocabulary
 
 GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3, neg12, irr57
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from toksel.data.frequency import TokenStatistics
 from toksel.io import require_output, write_csv
-from toksel.theory.frequency import TokenStatistics
 
 
 def token_table(statistics: TokenStatistics, words: list[str], important: np.ndarray,

@@ -24,6 +24,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import importance, num_classes, occurring
 from toksel.errors import ToksError
 from toksel.models.fused import FusedBags
+from toksel.theory.gradient_flow import Trajectory, run_gradient_flow
 from toksel.theory.max_margin import (
     MaxMarginSolution,
     constraint_pairs,
@@ -32,7 +33,6 @@ from toksel.theory.max_margin import (
     solve_max_margin,
 )
 from toksel.theory.selection import selected_entries, selection_fraction
-from toksel.training.gradient_flow import Trajectory, run_gradient_flow
 
 GROWTH_CAP = 2.0  # linear growth (normalised steps); beyond it the ratio says no more
 

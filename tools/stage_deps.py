@@ -1,0 +1,74 @@
+"""Each stage's source deps in dvc.yaml, computed: the files of the project modules its entry module imports
+(at module level or inside a function, directly or not; grimp's graph, the one import-linter checks the layers
+on), with their packages' __init__.py.
+
+`python -m tools.stage_deps` rewrites the source part of every stage's deps (the files under pipelines/ and
+src/) and keeps the rest (data, results) and the comments; `--check` only says which stage would change, exit 1.
+tests/test_stage_deps.py runs the check, so dvc.yaml cannot drift from the imports.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import grimp
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE_MODULE = re.compile(r"python -m (pipelines\.\w+)")
+SOURCE = ("pipelines/", "src/")
+
+
+def _file(module: str) -> str:
+    parts = module.split(".")
+    base = Path("src", *parts) if parts[0] == "toksel" else Path(*parts)
+    return str(base / "__init__.py") if (ROOT / base).is_dir() else str(base.with_suffix(".py"))
+
+
+def imported_files(graph: grimp.ImportGraph, module: str) -> list[str]:
+    """The files `module` runs when imported: its own, every project module it imports, their packages."""
+    modules = {module} | graph.find_upstream_modules(module)
+    packages = {".".join(m.split(".")[:i]) for m in modules for i in range(1, len(m.split(".")))}
+    return sorted(_file(m) for m in modules | packages)
+
+
+def stage_bodies(dvc: dict) -> dict[str, dict]:
+    """stage name -> the mapping holding its cmd and deps (a foreach stage's `do`)."""
+    return {name: stage.get("do", stage) for name, stage in dvc["stages"].items()}
+
+
+def computed_deps(graph: grimp.ImportGraph, body: dict) -> list[str]:
+    """The stage's deps with its source part recomputed: source files first, then its other deps as they were."""
+    module = STAGE_MODULE.search(body["cmd"]).group(1)
+    return [*imported_files(graph, module), *[dep for dep in body["deps"] if not str(dep).startswith(SOURCE)]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    check = "--check" in (sys.argv[1:] if argv is None else argv)
+    yaml = YAML()
+    yaml.width = 120
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)  # the file's own style
+    path = ROOT / "dvc.yaml"
+    dvc = yaml.load(path)
+    graph = grimp.build_graph("toksel", "pipelines")
+    changed = []
+    for name, body in stage_bodies(dvc).items():
+        deps = computed_deps(graph, body)
+        if [str(dep) for dep in body["deps"]] != deps:
+            changed.append(name)
+            body["deps"] = deps
+    if check:
+        for name in changed:
+            print(f"dvc.yaml: the deps of {name} are not what it imports (python -m tools.stage_deps rewrites them)")
+        return 1 if changed else 0
+    if changed:
+        yaml.dump(dvc, path)
+    print(f"dvc.yaml: {len(changed)} stages' deps rewritten" if changed else "dvc.yaml: every stage's deps hold")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
