@@ -183,7 +183,7 @@ def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: li
         f"gradient_flow settings. A cell selects when the selection fraction is >= "
         f"{thresholds.min_selection_fraction:g}; it reaches the max-margin direction when it also has "
         f"cos(p_T, p_mm) >= {thresholds.min_cos_max_margin:g}. Mean |alpha_s| of the important tokens: "
-        f"{mean_abs_alpha:.4g}, so the scale argument (README: the phase diagram) puts the window at "
+        f"{mean_abs_alpha:.4g}, so the scale argument (docs/results.md: the phase diagram) puts the window at "
         f"2 / (|alpha| sqrt(d)) < eta0 < 2 / |alpha| = {metrics['predicted_high']:.3g}.", "",
         *rows, "",
         f"Measured edges (geometric middle of the grid's bracket) against the scale argument: lower edges within a "

@@ -1,3 +1,4 @@
+import dataclasses
 import re
 
 import pytest
@@ -6,7 +7,7 @@ from omegaconf import OmegaConf
 
 from pipelines import ablation, ablation_report, compare, evaluate, gradient_flow, one_step, prepare, report, train
 from tests.helpers import ROOT
-from toksel.config import DATASET_SECTIONS, load_config, params_hash
+from toksel.config import DATASET_SECTIONS, Config, load_config, params_hash
 from toksel.errors import ToksError
 
 
@@ -111,3 +112,28 @@ def test_every_dataset_entry_is_validated_even_when_another_runs(tmp_path, entry
     OmegaConf.save(params, tmp_path / "params.yaml")
     with pytest.raises(ToksError, match=re.escape(message)):
         load_config([], tmp_path / "params.yaml")
+
+
+RUN_KEYS = {"dataset", "seed"}  # chosen per run on the command line (dvc.yaml's cmd), not settings
+
+
+def _schema_keys(node, prefix=""):
+    keys = set()
+    for spec in dataclasses.fields(node):
+        value, key = getattr(node, spec.name), prefix + spec.name
+        keys |= _schema_keys(value, f"{key}.") if dataclasses.is_dataclass(value) else {key}
+    return keys
+
+
+def _params_keys(tree, prefix=""):
+    keys = set()
+    for key, value in tree.items():
+        nested = isinstance(value, dict) and key != "datasets"  # datasets: named entries, each checked at load
+        keys |= _params_keys(value, f"{prefix}{key}.") if nested else {prefix + key}
+    return keys
+
+
+def test_every_setting_lives_in_params_yaml_and_every_key_there_in_the_schema():
+    """No setting hides as a dataclass default that DVC cannot see, and params.yaml holds nothing the schema lacks."""
+    in_params = _params_keys(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    assert _schema_keys(Config()) - RUN_KEYS == in_params

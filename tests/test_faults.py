@@ -74,9 +74,9 @@ def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(
 
 def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
     args = [*TINY, *TINY_TRAIN, "train.max_epochs=10", "train.patience=10"]
-    last = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0" / "lr0.02" / "last.ckpt"
+    screen = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0" / "lr0.02"
     process = start_stage("train", args, prepared)
-    _wait_until(last.exists, process)
+    _wait_until(lambda: any(screen.glob("*/last.ckpt")), process)  # <fingerprint>/last.ckpt
     process.kill()
     process.wait()
     _assert_whole(prepared / "results" / "train")
@@ -85,7 +85,7 @@ def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     metrics = json.loads((seed_folder(prepared, "train", "synthetic/trained") / "metrics.json").read_text())
     assert metrics["resumed_from_epoch"] >= 1 and metrics["epochs"] == 10
-    assert not last.exists()  # finished: nothing left to resume
+    assert not any(screen.glob("*/last.ckpt"))  # finished: nothing left to resume
     assert [run.info.status for run in _runs(prepared, "train")] == ["KILLED", "FINISHED"]
 
 

@@ -84,7 +84,7 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
     with pytest.raises(RuntimeError, match="simulated crash"), stage_run("train", config, ("train",)) as run:
         fit(*_fit_parts(config), config.train, folder, "fingerprint", run, seed=0, progress=False,
             callbacks=[Crash(epoch=2)])
-    assert (folder / "last.ckpt").exists()
+    assert (folder / "fingerprint" / "last.ckpt").exists()
     with stage_run("train", config, ("train",)) as run:
         resumed = fit(*_fit_parts(config), config.train, folder, "fingerprint", run, seed=0, progress=False)
     assert resumed.resumed_from_epoch == 2  # epochs 0 and 1 were saved; the crash came at the end of epoch 2
@@ -92,7 +92,7 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
     # Other parameters: the stale checkpoints go, and the fit starts afresh.
     with stage_run("train", config, ("train",)) as run:
         fresh = fit(*_fit_parts(config), config.train, folder, "other parameters", run, seed=0, progress=False)
-    assert fresh.resumed_from_epoch is None
+    assert fresh.resumed_from_epoch is None and not (folder / "fingerprint").exists()
 
 
 def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_under_the_stopping_rule(prepared):
@@ -181,8 +181,8 @@ def test_binned_curve_means_stds_and_minimum():
 
 def test_a_checkpoint_cut_short_is_not_resumed_from(tmp_path):
     folder = tmp_path / "checkpoints"
-    assert resumable_checkpoint(folder, "fingerprint") is None  # a fresh start marks the folder
-    (folder / "last.ckpt").write_bytes(b"PK\x03\x04 half of a zip")  # as if killed while it was written
+    assert resumable_checkpoint(folder, "fingerprint") is None  # a fresh start makes the fingerprint's folder
+    (folder / "fingerprint" / "last.ckpt").write_bytes(b"PK\x03\x04 half of a zip")  # killed while it was written
     with pytest.warns(UserWarning, match="cannot be read"):
         assert resumable_checkpoint(folder, "fingerprint") is None
-    assert not (folder / "last.ckpt").exists() and (folder / "params_hash").read_text() == "fingerprint"
+    assert not (folder / "fingerprint" / "last.ckpt").exists() and (folder / "fingerprint").is_dir()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from toksel.config import Config, describe, load_config
 from toksel.distributed import WorkerFinished, is_worker
 from toksel.errors import ToksError
 from toksel.io import write_json
+from toksel.known_warnings import silence_known_warnings
 from toksel.tracking import StageRun, gathered_metrics, stage_run
 
 StageBody = Callable[[Config, StageRun], None]
@@ -50,8 +50,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         except ToksError as error:
             print(f"  ({error})")
         return 0
-    # A known, harmless warning of the stack (a `noload` deprecation notice): keep the stage output readable.
-    warnings.filterwarnings("ignore", message=".*noload.*")
+    silence_known_warnings()
     try:
         config = load_config(argv)
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):

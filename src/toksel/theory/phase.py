@@ -1,4 +1,4 @@
-"""The eta0 x d phase diagram (README: The eta0 x d phase diagram) and the d sweep of the one-step error.
+"""The eta0 x d phase diagram (docs/results.md: The eta0 x d phase diagram) and the d sweep of the one-step error.
 
 Scale argument: after the step, an important token's embedding is its random part (norm about 1) plus
 (eta0 alpha_s / 2) v. Selection needs that signal above the O(1/sqrt(d)) noise the step leaves on the other

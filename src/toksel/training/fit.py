@@ -27,12 +27,11 @@ from pytorch_lightning.loggers import MLFlowLogger
 from toksel.config import TrainConfig
 from toksel.distributed import is_worker
 from toksel.errors import ToksError
+from toksel.known_warnings import silence_known_warnings
 from toksel.memory import keep_freed_memory
 from toksel.tracking import StageRun, experiment_name, tracking_uri
 from toksel.training.classifier import ClassifierModule
 from toksel.training.data import PackedDataModule
-
-FINGERPRINT = "params_hash"  # the file in the checkpoint folder naming the parameters its checkpoints belong to
 
 
 def parameter_dtype(precision: str) -> torch.dtype:
@@ -43,14 +42,6 @@ def parameter_dtype(precision: str) -> torch.dtype:
 def checkpoint_dir(stage: str, variant: str) -> Path:
     """Lightning's checkpoints of an unfinished run; not a DVC output, so DVC leaves them for a resume."""
     return Path("checkpoints") / stage / variant
-
-
-class _WithoutAdvert(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in record.getMessage()
-
-
-logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_WithoutAdvert())
 
 
 class StageLogger(MLFlowLogger):
@@ -78,11 +69,14 @@ class Resume:
 
 
 def resumable_checkpoint(folder: Path, fingerprint: str) -> Resume | None:
-    """Where an interrupted fit with the same fingerprint stopped, or None; stale checkpoints are removed, and
-    so is one that cannot be read (a kill while it was being written). DDP workers start after rank 0 has
-    sorted the folder out, and leave it as they find it."""
-    marker, last = folder / FINGERPRINT, folder / "last.ckpt"
-    if marker.exists() and marker.read_text() == fingerprint and last.exists():
+    """Where an interrupted fit with the same fingerprint stopped (folder/<fingerprint>/last.ckpt), or None.
+
+    A fit's checkpoints live in the folder named by its fingerprint: those of other fingerprints (other
+    parameters or inputs) are removed, and so is a checkpoint that cannot be read (a kill while it was being
+    written). DDP workers start after rank 0 has sorted the folder out, and leave it as they find it."""
+    own = folder / fingerprint
+    last = own / "last.ckpt"
+    if last.exists():
         try:
             return Resume(last, int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1)
         except Exception as error:  # noqa: BLE001 (whatever makes it unreadable: start afresh)
@@ -90,8 +84,7 @@ def resumable_checkpoint(folder: Path, fingerprint: str) -> Resume | None:
     if is_worker():
         return None
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    marker.write_text(fingerprint)
+    own.mkdir(parents=True)
     return None
 
 
@@ -134,7 +127,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.INFO if progress else logging.WARNING)
     pl.seed_everything(seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
-    best = ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val_loss", save_last=True)
+    best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss", save_last=True)
     trainer = pl.Trainer(
         max_epochs=settings.max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
@@ -143,16 +136,10 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
                    LogNorms(), *callbacks],
         enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
-        default_root_dir=checkpoints,
+        default_root_dir=checkpoints / fingerprint,
     )
     with warnings.catch_warnings():
-        # A tiny split gives fewer batches than log_every_n_steps, and the loaders run in the main process
-        # on purpose (the batches are cut from arrays already in memory).
-        # The checkpoint folder holds the parameters' fingerprint, so it is never empty. Under DDP every process
-        # validates and tests on every row, so those numbers need no syncing.
-        warnings.filterwarnings("ignore", message=".*(log_every_n_steps|does not have many workers|exists and is "
-                                                  "not empty|LeafSpec|epoch level in distributed setting).*")
-        # LeafSpec: Lightning on torch 2.13
+        silence_known_warnings()
         trainer.fit(module, datamodule=data, ckpt_path=None if resume is None else resume.checkpoint)
         tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
     return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=None if resume is None else resume.epoch,
