@@ -52,7 +52,7 @@ postgres:
 # The team's MLflow server (http://127.0.0.1:$(TEAM_PORT)) on PostgreSQL, artifacts on local disk, all under .team/;
 # in the foreground: Ctrl-C stops both.
 mlflow-server: $(STAMP) postgres
-	$(BIN)/python -m toksel.team_server start --port $(TEAM_PORT)
+	$(BIN)/python -m tools.team_server start --port $(TEAM_PORT)
 
 # The report (make repro) opens in headless Chromium with every figure loaded.
 check-report: $(STAMP) chromium

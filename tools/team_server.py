@@ -1,7 +1,12 @@
 """Team mode: an MLflow tracking server on PostgreSQL, with artifacts on local disk, both started and stopped here.
 
-    python -m toksel.team_server start [--folder .team] [--port 5001] [--postgres-port 5433] [--detach]
-    python -m toksel.team_server status|stop [--folder .team]
+    python -m tools.team_server start [--folder .team] [--port 5001] [--postgres-port 5433] [--detach]
+    python -m tools.team_server status|stop [--folder .team]
+
+PostgreSQL is started and stopped by its own `pg_ctl` (`-w`: it returns once the server accepts connections, or
+has shut down), the MLflow server by `mlflow server`; this module adds the cluster's first set-up, the role and
+database, a fresh password per start, and one record of both processes. An operations tool, outside the
+research package and its layers.
 
 The embedded SQLite store suits one person; a team shares one server. Everything lives under one folder
 (default `.team/` in the project root, ignored by git and DVC):
@@ -56,7 +61,7 @@ DATABASE = "mlflow"
 ROLE = "mlflow"
 SERVICE_USER = "postgres"  # who owns and runs the cluster when we are root
 STATE_FILE = "server.json"
-POSTGRES_BINARIES = ("initdb", "postgres", "psql")
+POSTGRES_BINARIES = ("initdb", "pg_ctl", "psql")
 
 
 class TeamServerError(RuntimeError):
@@ -81,7 +86,7 @@ class TeamServer:
 @dataclass(frozen=True)
 class PostgresBinaries:
     initdb: Path
-    postgres: Path
+    pg_ctl: Path
     psql: Path
 
 
@@ -102,12 +107,12 @@ def _candidate_dirs() -> Iterator[Path]:
 
 
 def find_postgres() -> PostgresBinaries:
-    """initdb, postgres and psql of one installation: Debian's folders first, then PATH."""
+    """initdb, pg_ctl and psql of one installation: Debian's folders first, then PATH."""
     for bin_dir in _candidate_dirs():
         paths = [bin_dir / name for name in POSTGRES_BINARIES]
         if all(path.is_file() and os.access(path, os.X_OK) for path in paths):
             return PostgresBinaries(*paths)
-    raise ToksError("PostgreSQL not found (initdb, postgres and psql under /usr/lib/postgresql/*/bin or on PATH): "
+    raise ToksError("PostgreSQL not found (initdb, pg_ctl and psql under /usr/lib/postgresql/*/bin or on PATH): "
                     "run `make postgres` (Debian package postgresql; root or sudo)")
 
 
@@ -189,20 +194,6 @@ def _init_cluster(binaries: PostgresBinaries, cluster: Path, run_as: _RunAs) -> 
           "--auth-host=scram-sha-256"], run_as, "initdb")
 
 
-def _wait_for_postgres(cluster: Path, process: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Until postmaster.pid says `ready` (what pg_ctl -w waits for too), the process exits, or the timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise TeamServerError(f"PostgreSQL exited at start (exit {process.returncode}); {log}:\n{_log_tail(log)}")
-        with suppress(OSError):  # not written yet, or not readable by us yet
-            lines = (cluster / "postmaster.pid").read_text().splitlines()
-            if len(lines) >= 8 and lines[0].strip() == str(process.pid) and lines[7].strip() == "ready":
-                return
-        time.sleep(0.1)
-    raise TeamServerError(f"PostgreSQL did not get ready within {timeout:.0f} s; {log}:\n{_log_tail(log)}")
-
-
 def _launch(command: list[str], log: Path, wait_until_ready: Callable[[subprocess.Popen], None],
             stop_signal: signal.Signals, **popen: Any) -> subprocess.Popen:
     """Start `command` with its output appended to `log`, wait until it is ready, and stop it again if it never
@@ -219,11 +210,23 @@ def _launch(command: list[str], log: Path, wait_until_ready: Callable[[subproces
 
 
 def _start_postgres(binaries: PostgresBinaries, cluster: Path, port: int, log: Path, run_as: _RunAs,
-                    timeout: float) -> subprocess.Popen:
-    command = [str(binaries.postgres), "-D", str(cluster), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
-               "-c", f"unix_socket_directories={cluster}"]
-    return _launch(command, log, lambda process: _wait_for_postgres(cluster, process, log, timeout), signal.SIGINT,
-                   cwd="/", **run_as.kwargs())
+                    timeout: float) -> Process:
+    """`pg_ctl start -w`: on loopback only, its unix socket in the cluster folder; returns the postmaster."""
+    log.touch()
+    run_as.chown(log)  # pg_ctl opens it as the cluster's owner
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={cluster}"
+    try:
+        _run([str(binaries.pg_ctl), "start", "-D", str(cluster), "-l", str(log), "-w", "-t", str(int(timeout)),
+              "-o", options], run_as, "pg_ctl start")
+    except TeamServerError as error:
+        raise TeamServerError(f"{error}; {log}:\n{_log_tail(log)}") from None
+    return Process.of(int((cluster / "postmaster.pid").read_text().split()[0]))
+
+
+def _stop_postgres(cluster: Path, timeout: float) -> None:
+    """`pg_ctl stop -m fast -w`: disconnect the clients, shut down cleanly, return once it is down."""
+    _run([str(find_postgres().pg_ctl), "stop", "-D", str(cluster), "-m", "fast", "-w", "-t", str(int(timeout))],
+         _RunAs(), "pg_ctl stop")
 
 
 def _prepare_database(binaries: PostgresBinaries, cluster: Path, port: int, run_as: _RunAs) -> str:
@@ -303,13 +306,12 @@ def start(folder: Path | None = None, port: int = DEFAULT_PORT, postgres_port: i
     (folder / "artifacts").mkdir(exist_ok=True)
     cluster = folder / "postgres"
     _init_cluster(binaries, cluster, run_as)
-    postgres = _start_postgres(binaries, cluster, postgres_port, folder / "postgres.log", run_as, timeout)
-    postgres_process = Process.of(postgres.pid)
+    postgres_process = _start_postgres(binaries, cluster, postgres_port, folder / "postgres.log", run_as, timeout)
     try:
         password = _prepare_database(binaries, cluster, postgres_port, run_as)
         mlflow = _start_mlflow(port, postgres_port, password, folder / "artifacts", folder / "mlflow.log", timeout)
     except BaseException:
-        _stop(postgres_process, signal.SIGINT, 30)
+        _stop_postgres(cluster, 30)
         raise
     server = TeamServer(str(folder), f"http://127.0.0.1:{port}", port, postgres_port, postgres_process,
                         Process.of(mlflow.pid))
@@ -366,12 +368,11 @@ def _stop_child(child: subprocess.Popen, first_signal: signal.Signals) -> None:
 
 
 def stop(server: TeamServer, timeout: float = 30) -> None:
-    """Stop the MLflow server (SIGTERM), then PostgreSQL (SIGINT: its fast shutdown), each by its PID."""
-    stopped_mlflow = _stop(server.mlflow, signal.SIGTERM, timeout)
-    stopped_postgres = _stop(server.postgres, signal.SIGINT, timeout)
-    if not (stopped_mlflow and stopped_postgres):
-        raise TeamServerError(f"could not stop PIDs {server.mlflow.pid} (MLflow) and {server.postgres.pid} "
-                              "(PostgreSQL), even with SIGKILL")
+    """Stop the MLflow server (SIGTERM to its PID), then PostgreSQL (`pg_ctl stop`)."""
+    if not _stop(server.mlflow, signal.SIGTERM, timeout):
+        raise TeamServerError(f"could not stop the MLflow server (PID {server.mlflow.pid}), even with SIGKILL")
+    if server.postgres.running():
+        _stop_postgres(Path(server.folder) / "postgres", timeout)
     with suppress(FileNotFoundError):
         (Path(server.folder) / STATE_FILE).unlink()
 
@@ -397,7 +398,7 @@ def _wait_in_foreground(server: TeamServer) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toksel.team_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.team_server", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("start", "stop", "status"))
     parser.add_argument("--folder", type=Path, default=None,
                         help="cluster, artifacts, logs and PIDs (default: .team in the project root)")
@@ -418,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"PostgreSQL {server.postgres.pid} on port {server.postgres_port}; files in {folder})\n"
                   f"  export MLFLOW_TRACKING_URI={server.tracking_uri}", flush=True)
             if args.detach:
-                print(f"  stop it with: python -m toksel.team_server stop --folder {folder}")
+                print(f"  stop it with: python -m tools.team_server stop --folder {folder}")
                 return 0
             print("  Ctrl-C stops both", flush=True)
             return _wait_in_foreground(server)
