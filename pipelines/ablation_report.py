@@ -14,6 +14,7 @@ import sys
 
 import pandas as pd
 
+from toksel import markdown
 from toksel.claims import BY_ID, CLAIMS, assess, measure
 from toksel.cli import run_stage
 from toksel.comparison import variants_comparison
@@ -93,19 +94,19 @@ def _summary(config: Config, variants: dict, assessed: list, comparison: pd.Data
     parts += ["## Against the rebuttal's tables (described, not judged)", "",
               "Spearman of our bin means, read at the table's x (only the table's bins inside the range of our kept "
               "bins), with the table's, over the seeds; the x of the lowest bin (ours, theirs).", "",
-              "| table | run | Spearman: mean (min, max) | bins compared | lowest bin x: ours / theirs |",
-              "|---|---|---|---|---|"]
-    for (title, dataset, model), row in table.iterrows():
-        parts.append(f"| {title} | {dataset} {model} | {row.spearman:.3f} ({row.low:.3f}, {row.high:.3f}) | "
-                     f"{row.bins:.0f} | {row.our_min_x:.3f} / {row.their_min_x:.3f} |")
+              *markdown.table(["table", "run", "Spearman: mean (min, max)", "bins compared",
+                               "lowest bin x: ours / theirs"],
+                              [[title, f"{dataset} {model}", f"{row.spearman:.3f} ({row.low:.3f}, {row.high:.3f})",
+                                f"{row.bins:.0f}", f"{row.our_min_x:.3f} / {row.their_min_x:.3f}"]
+                               for (title, dataset, model), row in table.iterrows()])]
     classes = sorted(int(key.rsplit("_", 1)[1]) for key in one_step if key.startswith("slope_class_"))
     if not classes:
         return "\n".join([*parts, "", f"{settings.multiclass} has two classes: no multi-class comparison."]) + "\n"
     parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes, seed {config.base.seeds[0]}): the "
               "rebuttal's formula per class", "", f"Theory: slope eta0 = {one_step['slope_theory']:.4g} for every "
-              "class.", "", "| class | slope | Pearson r |", "|---|---|---|"]
-    parts += [f"| {k} | {one_step[f'slope_class_{k}']:.4g} | {one_step[f'pearson_r_class_{k}']:.5f} |"
-              for k in classes]
+              "class.", "", *markdown.table(["class", "slope", "Pearson r"],
+                                            [[k, f"{one_step[f'slope_class_{k}']:.4g}",
+                                              f"{one_step[f'pearson_r_class_{k}']:.5f}"] for k in classes])]
     return "\n".join(parts) + "\n"
 
 

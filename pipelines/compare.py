@@ -15,9 +15,10 @@ from toksel.comparison import training_comparison
 from toksel.config import EMBEDDINGS, Config
 from toksel.data.token_table import read_token_table
 from toksel.io import write_json, write_text
+from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.paths import processed_dir, results_dir
-from toksel.report import PROTOCOL_NOTE, Row, markdown_table, number
+from toksel.report import PROTOCOL_NOTE, Row, markdown_table
 from toksel.tracking import StageRun
 
 SECTIONS = ("base.seeds", "data", "train", "ablation.multiclass", "report")

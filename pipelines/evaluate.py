@@ -14,6 +14,7 @@ from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.token_table import importance, num_classes, occurring, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
+from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.plots import (
@@ -24,7 +25,7 @@ from toksel.plots import (
     save_figure,
     token_scores_figure,
 )
-from toksel.report import Row, markdown_table, number
+from toksel.report import Row, markdown_table
 from toksel.tracking import StageRun
 
 SECTIONS = ("base.seeds", "data", "evaluate")

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pandas as pd
 
+from toksel import markdown
 from toksel.claims import BY_ID, Measurement
 from toksel.cli import run_stage
 from toksel.config import Config
@@ -79,8 +80,7 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     # Per edge, the factor's range over the grid's bracket: for the scale argument and for its control's law.
     ranges: dict[tuple[str, str], list[tuple[float, float, float]]] = {(which, kind): [] for which in ("low", "high")
                                                                 for kind in ("ours", "control")}
-    rows = ["| d | selection window in eta0 | lower edge | scale argument's lower edge | upper edge | scale "
-            "argument's upper edge | max-margin window |", "|---|---|---|---|---|---|---|"]
+    rows: list[list[str]] = []  # one per d: the windows and edges, measured and predicted
     for d, cells in grid.groupby("d"):
         window = measured_window(cells["eta0"].to_numpy(), cells["selects"].to_numpy())
         margin = measured_window(cells["eta0"].to_numpy(), cells["max_margin"].to_numpy())
@@ -98,8 +98,8 @@ def phase_diagram(config: Config, run: StageRun) -> None:
         span = "empty" if window.low is None else (f"{window.low:g} to {window.high:g}"
                                                   + ("" if window.contiguous else " (with gaps)"))
         margin_span = "empty" if margin.low is None else f"{margin.low:g} to {margin.high:g}"
-        rows.append(f"| {d:g} | {span} | {_edge(window, 'low')} | {low:.3g} | {_edge(window, 'high')} | {high:.3g} | "
-                    f"{margin_span} |")
+        rows.append([f"{d:g}", span, _edge(window, "low"), f"{low:.3g}", _edge(window, "high"), f"{high:.3g}",
+                     margin_span])
     metrics["predicted_high"] = predicted_window(mean_abs_alpha, 1)[1]
     for which in ("low", "high"):
         metrics[f"{which}_edges_compared"] = float(len(factors[which]))
@@ -171,10 +171,10 @@ def phase_measurements(config: Config, ranges: dict, law, control_law) -> list[M
     return found
 
 
-def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: list[str], metrics: dict,
+def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: list[list[str]], metrics: dict,
              figures: list[str]) -> str:
     def number(value: float | None, spec: str = ".3g") -> str:
-        return "not measured" if value is None else format(value, spec)
+        return markdown.number(value, spec, missing="not measured")
 
     thresholds = config.evaluate
     return "\n".join([
@@ -185,7 +185,8 @@ def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: li
         f"cos(p_T, p_mm) >= {thresholds.min_cos_max_margin:g}. Mean |alpha_s| of the important tokens: "
         f"{mean_abs_alpha:.4g}, so the scale argument (docs/results.md: the phase diagram) puts the window at "
         f"2 / (|alpha| sqrt(d)) < eta0 < 2 / |alpha| = {metrics['predicted_high']:.3g}.", "",
-        *rows, "",
+        *markdown.table(["d", "selection window in eta0", "lower edge", "scale argument's lower edge", "upper edge",
+                         "scale argument's upper edge", "max-margin window"], rows), "",
         f"Measured edges (geometric middle of the grid's bracket) against the scale argument: lower edges within a "
         f"factor {number(metrics['low_edge_factor_max'])} ({metrics['low_edges_compared']:.0f} bracketed), upper "
         f"edges within a factor {number(metrics['high_edge_factor_max'])} ({metrics['high_edges_compared']:.0f} "

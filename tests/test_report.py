@@ -156,3 +156,11 @@ def test_the_render_check_says_in_one_line_what_is_missing(tmp_path, capsys):
     (tmp_path / "report.txt").write_text("no page here")
     assert render_check([str(tmp_path / "report.txt")]) == 2
     assert "not an HTML page" in capsys.readouterr().err
+
+
+def test_every_table_escapes_its_pipes_and_every_missing_number_says_so():
+    from toksel.markdown import number, table
+
+    assert table(["quantity", "value"], [["|p|", 1.5]]) == ["| quantity | value |", "|---|---|", "| \\|p\\| | 1.5 |"]
+    assert [number(None), number(float("nan")), number(0.12345), number(None, missing="not measured")] == [
+        "n/a", "n/a", "0.123", "not measured"]

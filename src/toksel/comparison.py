@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toksel.config import EMBEDDINGS
+from toksel.markdown import MISSING, table
 
 # The paper's numbers (rebuttal): dataset not named; "test error" read as the test loss.
 PAPER = {
@@ -17,20 +18,20 @@ PAPER = {
     ("test_loss", "untrained"): "about 0.6",
 }
 
-ROWS = (  # metric, what it is (a Markdown table cell: | escaped)
+ROWS = (  # metric, what it is
     ("lr", "learning rate (the grid's best on validation)"),
     ("test_accuracy", "test accuracy"),
     ("test_loss", "test loss"),
     ("control_test_accuracy", "test accuracy, training labels shuffled (control)"),
     ("spearman_v_alpha", "Spearman of E_s^T v with alpha_s (held-out)"),
-    ("u_rise", "the U: smaller side's Spearman of E_s^T p with \\|x\\| (held-out)"),
+    ("u_rise", "the U: smaller side's Spearman of E_s^T p with |x| (held-out)"),
     ("bin_std_v", "mean per-bin std of E_s^T v"),
     ("bin_std_p", "mean per-bin std of E_s^T p"),
     ("bin_spread_v", "mean per-bin std of E_s^T v / std of all E_s^T v"),
     ("bin_spread_p", "mean per-bin std of E_s^T p / std of all E_s^T p"),
-    ("norm_v", "\\|v\\|"),
-    ("norm_p", "\\|p\\|"),
-    ("mean_norm_E", "mean \\|E_s\\|"),
+    ("norm_v", "|v|"),
+    ("norm_p", "|p|"),
+    ("mean_norm_E", "mean |E_s|"),
     ("p_min_location", "posterior difference where the E_s^T p curve is lowest"),
     ("test_attention_important_mass", "attention mass on the important tokens (test)"),
     ("test_argmax_important_fraction", "sequences whose top token is important (test)"),
@@ -44,7 +45,7 @@ VARIANT_ROWS = (  # the ablation runs of one dataset, side by side
     ("control_test_accuracy", "test accuracy, training labels shuffled (control)"),
     ("best_train_loss", "train loss (best model)"),
     ("spearman_v_alpha", "Spearman of E_s^T v with alpha_s (held-out)"),
-    ("u_rise", "the U: smaller side's Spearman of the <cls> score with \\|x\\| (held-out)"),
+    ("u_rise", "the U: smaller side's Spearman of the <cls> score with |x| (held-out)"),
     ("v_rise_positive", "Spearman of E_s^T v with x, x > 0"),
     ("v_rise_negative", "Spearman of E_s^T v with x, x < 0"),
     ("p_min_location", "posterior difference where the <cls> score curve is lowest"),
@@ -60,7 +61,7 @@ def spread(values: Sequence[Any]) -> str:
     """mean +- std over the seeds' finite values (`n/a` when there are none)."""
     kept = [float(value) for value in values if isinstance(value, int | float) and math.isfinite(value)]
     if not kept:
-        return "n/a"
+        return MISSING
     mean = sum(kept) / len(kept)
     if len(kept) == 1:
         return f"{mean:.4g}"
@@ -72,15 +73,15 @@ def side_by_side(runs: Mapping[str, Sequence[Mapping[str, Any]]], rows: Sequence
                  paper: Mapping[tuple[str, str], str] | None = None) -> str:
     """Markdown table: one column per run (its metrics per seed), one row per metric; a `paper` column if given."""
     names = list(runs)
-    lines = ["| quantity | " + " | ".join(names) + (" | paper |" if paper is not None else " |"),
-             "|---|" + "---|" * (len(names) + (paper is not None))]
-    for metric, label in rows:
-        line = f"| {label} | " + " | ".join(spread([seed.get(metric) for seed in runs[name]]) if any(runs[name])
-                                            else "not run" for name in names)
-        if paper is not None:
-            line += " | " + "; ".join(f"{paper[metric, name]} ({name})" for name in names if (metric, name) in paper)
-        lines.append(line + " |")
-    return "\n".join(lines)
+
+    def row(metric: str, label: str) -> list[str]:
+        values = [spread([seed.get(metric) for seed in runs[name]]) if any(runs[name]) else "not run" for name in names]
+        papers = [] if paper is None else ["; ".join(f"{paper[metric, name]} ({name})" for name in names
+                                                     if (metric, name) in paper)]
+        return [label, *values, *papers]
+
+    header = ["quantity", *names, *([] if paper is None else ["paper"])]
+    return "\n".join(table(header, [row(metric, label) for metric, label in rows]))
 
 
 def training_comparison(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_scope
 from toksel.config import Config, load_config
+from toksel.markdown import number, table
 from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY
 from toksel.paths import results_dir
 from toksel.verdict import Interval
@@ -98,10 +98,6 @@ def headline(counts: dict[str, float]) -> str:
             f"{counts['controls_failing']:.0f} of the {controls:.0f} controls measured.")
 
 
-def number(value: float | None, spec: str = ".3g") -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
-
-
 def interval_text(interval: Interval | None) -> str:
     """mean [low, high] (n seeds), or what there is."""
     if interval is None or interval.n == 0:
@@ -127,27 +123,20 @@ HEADER = ["claim", "data", "paper", "ours: mean [95 % interval]", "threshold", "
           "control's verdict"]
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def markdown_table(table_rows: Iterable[Row]) -> list[str]:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for row in table_rows:
-        values = cells(row)
-        values[5] = f"**{values[5]}**" if values[5] == "fails" else values[5]
-        lines.append("| " + " | ".join(_cell(value) for value in values) + " |")
-    return lines
+    """The claims' rows, a failing verdict in bold."""
+    def marked(values: list[str]) -> list[str]:
+        return [*values[:5], f"**{values[5]}**" if values[5] == "fails" else values[5], *values[6:]]
+
+    return table(HEADER, (marked(cells(row)) for row in table_rows))
 
 
 def sensitivity_lines(found: list[tuple[Claim, str, str, Assessment]]) -> list[str]:
     if not found:
         return []
-    lines = ["| claim | data | protocol | ours: mean [95 % interval] | threshold | verdict |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {_cell(claim.statement)} | {data} | {protocol} | {_cell(interval_text(item.interval))} | "
-              f"{claim.comparison} {item.threshold:g} | {item.verdict} |" for claim, data, protocol, item in found]
-    return lines
+    return table(["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict"],
+                 [[claim.statement, data, protocol, interval_text(item.interval),
+                   f"{claim.comparison} {item.threshold:g}", item.verdict] for claim, data, protocol, item in found])
 
 
 PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own learning rate, the best of "
@@ -171,9 +160,9 @@ def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: I
         lines += [f"## {heading}", "", *markdown_table(section), ""]
     if found:
         lines += ["## How the protocol moves the verdicts", "", PROTOCOL_NOTE, "", *sensitivity_lines(found), ""]
-    lines += ["## What each claim measures", "", "| claim | source | statistic | control |", "|---|---|---|---|"]
-    lines += [f"| `{claim.id}` | {claim.source} | {_cell(claim.measures)} | {_cell(claim.control)} |"
-              for claim in CLAIMS]
+    lines += ["## What each claim measures", "", *table(["claim", "source", "statistic", "control"],
+                                                        [[f"`{claim.id}`", claim.source, claim.measures, claim.control]
+                                                         for claim in CLAIMS])]
     lines += ["", "## Figures", ""]
     for caption, path in figures:
         lines += [f"### {caption}", "", f"![{caption}]({_relative(path, out)})", ""]
