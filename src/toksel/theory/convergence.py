@@ -15,11 +15,11 @@ like 1/t gives 1/2, and one approaching it geometrically far less.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from toksel.config import GradientFlowConfig
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import importance, num_classes, occurring
 from toksel.errors import ToksError
@@ -142,8 +142,21 @@ class GradientFlowResult:
     metrics: dict[str, float]  # the report's final values and the mean E_s^T p_T of important / least important
 
 
+class FlowSettings(Protocol):
+    """What the flow and its checks read (the gradient_flow section of params.yaml has these fields): theory
+    takes them by shape, not from the config."""
+
+    steps: int  # GD steps on p
+    lr: float  # the step size (the step's length if normalized)
+    normalized: bool  # p <- p - lr grad / |grad|
+    log_every: int  # record every this many steps
+    selection_tol: float  # s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol
+    max_margin: bool  # solve the max-margin QP of Theorem 4.3
+    control_contraction: float  # Lemma 4.2's control: how strongly the penalty contracts p
+
+
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: pd.DataFrame,
-                         settings: GradientFlowConfig, progress: bool = False,
+                         settings: FlowSettings, progress: bool = False,
                          important_direction: bool = True) -> GradientFlowResult:
     """GD on p from p0 with E frozen, on the training split, then the theory checks along the way (without
     `important_direction`, cos_max_margin_important is left null: a second QP that not every caller reads)."""
@@ -158,7 +171,7 @@ def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: Pa
 
 
 def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit,
-                    tokens: pd.DataFrame, settings: GradientFlowConfig) -> dict[str, float | None]:
+                    tokens: pd.DataFrame, settings: FlowSettings) -> dict[str, float | None]:
     """The negative controls of the gradient-flow claims, as control_<metric>:
 
     - Lemma 4.2: the same GD on the loss plus lambda/2 |p|^2, which has a finite minimiser, so |p_t| must stop
