@@ -14,11 +14,11 @@ from toksel.cli import run_stage
 from toksel.comparison import training_comparison
 from toksel.config import EMBEDDINGS, Config
 from toksel.data.token_table import read_token_table
-from toksel.io import write_json, write_text
+from toksel.io import write_json
 from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.paths import processed_dir, results_dir
-from toksel.report import PROTOCOL_NOTE, Row, markdown_table
+from toksel.report import PROTOCOL_NOTE, Row, markdown_table, publish_summary
 from toksel.tracking import StageRun
 
 SECTIONS = ("base.seeds", "data", "train", "ablation.multiclass", "report")
@@ -46,10 +46,7 @@ def compare(config: Config, run: StageRun) -> None:
         f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.base.seeds))}", "",
         *markdown_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *markdown_table(others), "",
         "## The arms side by side (mean +- std over the seeds)", "", training_comparison(arms)]) + "\n"
-    write_text(out / "summary.md", summary)
-    run.log_artifact(out / "summary.md")
-    run.record_metrics(out / "metrics.json", claim_metrics(assessed))
-    print(summary.split("\n\n## ")[0])
+    publish_summary(run, out, summary, claim_metrics(assessed))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from toksel.claims import BY_ID, assess, claim_metrics
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.token_table import importance, num_classes, occurring, read_token_table
-from toksel.io import read_json, read_npz, require_output, write_csv, write_json, write_text
+from toksel.io import read_json, read_npz, require_output, write_csv, write_json
 from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.paths import processed_dir, results_dir, seed_dir
@@ -25,7 +25,7 @@ from toksel.plots import (
     save_figure,
     token_scores_figure,
 )
-from toksel.report import Row, markdown_table
+from toksel.report import Row, markdown_table, publish_summary
 from toksel.tracking import StageRun
 
 SECTIONS = ("base.seeds", "data", "evaluate")
@@ -118,10 +118,7 @@ def evaluate(config: Config, run: StageRun) -> None:
         f"# {dataset}: the theory's claims over seeds {', '.join(map(str, config.base.seeds))}", "",
         *markdown_table([Row(item, dataset, "evaluate") for item in assessed]), "",
         *[f"- {note}" for note in notes], "", *[f"![{name}]({name})" for name in figures]]) + "\n"
-    write_text(out / "summary.md", summary)
-    run.log_artifact(out / "summary.md")
-    run.record_metrics(out / "metrics.json", claim_metrics(assessed))
-    print(summary.split("\n\n## ")[0])
+    publish_summary(run, out, summary, claim_metrics(assessed))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,15 +11,18 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_scope
 from toksel.config import Config, load_config
+from toksel.io import write_text
 from toksel.markdown import number, table
 from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY
 from toksel.paths import results_dir
+from toksel.tracking import StageRun
 from toksel.verdict import Interval
 
 SECTIONS = {  # heading: the scopes it shows
@@ -244,3 +247,12 @@ def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
     """(label, assessment) of every measured claim, for the forest plot."""
     return [(f"{row.assessment.claim.id} ({row.data})", row.assessment) for section in sections.values()
             for row in section if row.assessment.measurement is not None]
+
+
+def publish_summary(run: StageRun, out: Path, summary: str, metrics: Mapping[str, Any]) -> None:
+    """A stage's summary.md (also an artifact of its MLflow run) and its metrics.json; the summary up to its first
+    subsection on stdout."""
+    write_text(out / "summary.md", summary)
+    run.log_artifact(out / "summary.md")
+    run.record_metrics(out / "metrics.json", metrics)
+    print(summary.split("\n\n## ")[0])
