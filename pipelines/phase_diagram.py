@@ -19,9 +19,10 @@ from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.token_table import read_token_table
 from toksel.errors import ToksError
-from toksel.io import read_json, require_output, write_csv, write_json, write_text
+from toksel.io import read_json, require_output, write_csv, write_json
 from toksel.paths import phase_cell_key, phase_row_dir, processed_dir, results_dir
 from toksel.plots import phase_heatmap, power_law_figure, save_figure
+from toksel.report import publish_summary
 from toksel.theory.phase import (
     Window,
     deviation_range,
@@ -132,10 +133,7 @@ def phase_diagram(config: Config, run: StageRun) -> None:
         save_figure(figure, OUT / name)
         run.log_artifact(OUT / name, "figures")
     summary = _summary(config, grid, mean_abs_alpha, rows, metrics, list(figures))
-    write_text(OUT / "summary.md", summary)
-    run.log_artifact(OUT / "summary.md")
-    run.record_metrics(OUT / "metrics.json", metrics)
-    print(summary.split("\n\n![")[0])
+    publish_summary(run, OUT, summary, metrics, shown_until="\n\n![")
 
 
 def _largest(edges: list[tuple[float, float, float]]) -> tuple[float | None, float | None, float | None]:

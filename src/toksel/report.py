@@ -249,10 +249,11 @@ def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
             for row in section if row.assessment.measurement is not None]
 
 
-def publish_summary(run: StageRun, out: Path, summary: str, metrics: Mapping[str, Any]) -> None:
-    """A stage's summary.md (also an artifact of its MLflow run) and its metrics.json; the summary up to its first
-    subsection on stdout."""
+def publish_summary(run: StageRun, out: Path, summary: str, metrics: Mapping[str, Any],
+                    shown_until: str = "\n\n## ") -> None:
+    """A stage's summary.md (also an artifact of its MLflow run) and its metrics.json; the summary up to
+    `shown_until` (its first subsection) on stdout."""
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")
     run.record_metrics(out / "metrics.json", metrics)
-    print(summary.split("\n\n## ")[0])
+    print(summary.split(shown_until)[0])

@@ -15,6 +15,7 @@ the other processes (distributed.is_worker) log nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import resource
@@ -67,6 +68,7 @@ def experiment_name() -> str:
     return os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
 
 
+@functools.cache  # asked by every run a process opens (each seed, its parent): git runs once
 def git_sha() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
