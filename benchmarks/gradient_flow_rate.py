@@ -17,7 +17,7 @@ import numpy as np
 
 from benchmarks.timing import timed
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import num_classes, read_token_table
+from toksel.data.token_table import read_token_table
 from toksel.io import read_npz
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
@@ -74,7 +74,7 @@ class StepRate:
 
 def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
     train = PackedSplit.load(processed_dir(dataset) / "train.npz")
-    bags = FusedBags.from_split(train, num_classes(read_token_table(processed_dir(dataset) / "tokens.csv")))
+    bags = FusedBags.from_split(train, read_token_table(processed_dir(dataset) / "tokens.csv").num_classes)
     embeddings = read_npz(seed_dir(results_dir("one_step", dataset), 0) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(embeddings["E1"]), embeddings["p0"], embeddings["v"]
     values = E @ v

@@ -20,7 +20,7 @@ import pytorch_lightning as pl
 import torch
 
 from toksel.config import Config
-from toksel.data.token_table import num_classes, read_token_table
+from toksel.data.token_table import read_token_table
 from toksel.io import read_npz
 from toksel.memory import keep_freed_memory
 from toksel.models.one_layer import initialise
@@ -102,7 +102,7 @@ def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Th
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
     start = read_npz(seed_dir(results_dir("one_step", dataset), 0) / "embeddings.npz", producer="one_step")
     E, p, v = (torch.tensor(start[name], dtype=dtype) for name in ("E0", "p0", "v"))
-    module = BagClassifier(E, p, v, torch.tensor(tokens["important"].to_numpy(dtype=bool)), train_embeddings=True,
+    module = BagClassifier(E, p, v, torch.tensor(tokens.important), train_embeddings=True,
                            optimizer=settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay)
     data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.seed,
                             dtype)
@@ -115,9 +115,9 @@ def two_layer_step(config: Config, dataset: str, bucketed: bool, max_len: int | 
     settings, scale = config.train, config.sequence.cpu
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
     init = initialise(len(tokens), scale.d, config.seed, parameter_dtype(settings.precision),
-                      num_classes(tokens))
+                      tokens.num_classes)
     model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS["two_layer"], seed=config.seed)
-    module = SequenceModule(model, torch.tensor(tokens["important"].to_numpy(dtype=bool)), settings.optimizer,
+    module = SequenceModule(model, torch.tensor(tokens.important), settings.optimizer,
                             settings.lr, settings.weight_decay)
     data = SequenceDataModule(processed_dir(dataset), config.sequence.batch_size, settings.val_fraction,
                               config.seed, bucketed, max_len, scale.max_train, scale.max_test)

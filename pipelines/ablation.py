@@ -17,7 +17,7 @@ import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
-from toksel.data.token_table import num_classes, read_token_table
+from toksel.data.token_table import read_token_table
 from toksel.io import file_digest
 from toksel.measurements import curve_settings
 from toksel.models.one_layer import initialise
@@ -43,9 +43,9 @@ def ablation(config: Config, run: StageRun) -> None:
     dtype = parameter_dtype(training.precision)
 
     def model(lr: float, shuffled: bool) -> SequenceModule:
-        init = initialise(len(tokens), scale.d, seed, dtype, num_classes(tokens))
+        init = initialise(len(tokens), scale.d, seed, dtype, tokens.num_classes)
         return SequenceModule(SequenceClassifier(init.E, init.p, init.v, **LAYOUTS[settings.variant], seed=seed),
-                              torch.tensor(tokens["important"].to_numpy(dtype=bool)), training.optimizer, lr,
+                              torch.tensor(tokens.important), training.optimizer, lr,
                               training.weight_decay)
 
     def data(shuffled: bool) -> SequenceDataModule:

@@ -5,14 +5,16 @@ claims are stage `compare`'s."""
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from toksel.claims import BY_ID, assess, claim_metrics
 from toksel.cli import run_stage
 from toksel.config import Config
-from toksel.data.token_table import importance, num_classes, occurring, read_token_table
+from toksel.data.token_table import TokenTable, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json
 from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
@@ -29,41 +31,65 @@ from toksel.report import Row, markdown_table, publish_summary
 from toksel.tracking import StageRun
 
 SECTIONS = ("base.seeds", "data", "evaluate")
+TOP_WORDS = 12  # words listed per score
 
 
-def top_tokens(scores: pd.DataFrame, num_classes: int, count: int = 12) -> dict[str, list[str]]:
-    """The words with the largest E_s^T p_T, and the largest and smallest E_s^T v (per class for K > 2)."""
-    words = scores.set_index("word")
-    top = {"top by E_s^T p": words["score_p"].nlargest(count).index.tolist()}
-    if num_classes == 2:
-        top["top by E_s^T v"] = words["score_v"].nlargest(count).index.tolist()
-        top["bottom by E_s^T v"] = words["score_v"].nsmallest(count).index.tolist()
-    for k in range(num_classes if num_classes > 2 else 0):
-        top[f"top by E_s^T v_{k}"] = words[f"score_v_class_{k}"].nlargest(count).index.tolist()
-    return top
+class Views(NamedTuple):
+    scores: pd.DataFrame  # per occurring token: its statistics and scores (token_scores.csv)
+    figures: dict[str, Figure]
+    top: dict[str, list[str]]  # the words at the top (bottom) of each score
 
 
-def token_scores(tokens: pd.DataFrame, embeddings: dict, p_final: np.ndarray, num_classes: int) -> pd.DataFrame:
-    """Per token: its statistics, the one-step update along v (each v_k), E1^T v (E1^T v_k) and E1^T p_T."""
+def top_words(scores: pd.DataFrame, column: str, count: int, largest: bool = True) -> list[str]:
+    ranked = scores.set_index("word")[column]
+    return (ranked.nlargest(count) if largest else ranked.nsmallest(count)).index.tolist()
+
+
+def binary_views(tokens: TokenTable, embeddings: dict, p_final: np.ndarray, one_step: dict, title: str) -> Views:
+    """Two classes: per token alpha_s, its type, the one-step update along v, E1^T v and E1^T p_T; the figures
+    colour the tokens by type; the words with the largest E_s^T p_T and the largest and smallest E_s^T v."""
     E0, E1, v = embeddings["E0"], embeddings["E1"], embeddings["v"]
-    if num_classes == 2:
-        return tokens[["token", "word", "token_type", "alpha", "posterior_difference"]].assign(
-            update_v=(E1 - E0) @ v, score_v=E1 @ v, score_p=E1 @ p_final)
-    updates, values = (E1 - E0) @ v, E1 @ v
-    columns = {"importance": importance(tokens), "posterior_difference": tokens["posterior_difference"],
+    scores = tokens.frame[["token", "word", "token_type", "alpha", "posterior_difference"]].assign(
+        update_v=(E1 - E0) @ v, score_v=E1 @ v, score_p=E1 @ p_final)[tokens.occurring()]
+    figures = {"token_scores.png": token_scores_figure(scores, title),
+               "one_step.png": one_step_figure(scores["alpha"].to_numpy(), scores["update_v"].to_numpy(),
+                                               scores["token_type"].to_numpy(), one_step["slope_theory"],
+                                               one_step["slope"])}
+    top = {"top by E_s^T p": top_words(scores, "score_p", TOP_WORDS),
+           "top by E_s^T v": top_words(scores, "score_v", TOP_WORDS),
+           "bottom by E_s^T v": top_words(scores, "score_v", TOP_WORDS, largest=False)}
+    return Views(scores, figures, top)
+
+
+def multiclass_views(tokens: TokenTable, embeddings: dict, p_final: np.ndarray, one_step: dict,
+                     title: str) -> Views:
+    """K classes: per token its importance, each alpha_s^(k), the update along v_k and E1^T v_k, and E1^T p_T;
+    a panel per class; the words with the largest E_s^T p_T and the largest E_s^T v_k of each class."""
+    E0, E1, v = embeddings["E0"], embeddings["E1"], embeddings["v"]
+    updates, values, alphas = (E1 - E0) @ v, E1 @ v, tokens.per_class("alpha")
+    columns = {"importance": tokens.importance(), "posterior_difference": tokens.column("posterior_difference"),
                "score_p": E1 @ p_final}
-    for k in range(num_classes):
-        columns |= {f"alpha_class_{k}": tokens[f"alpha_class_{k}"], f"update_v_class_{k}": updates[:, k],
+    for k in range(tokens.num_classes):
+        columns |= {f"alpha_class_{k}": alphas[k], f"update_v_class_{k}": updates[:, k],
                     f"score_v_class_{k}": values[:, k]}
-    return tokens[["token", "word"]].assign(**columns)
+    present = tokens.occurring()
+    scores = tokens.frame[["token", "word"]].assign(**columns)[present]
+    figures = {"token_scores.png": multiclass_token_scores_figure(scores, tokens.num_classes, title),
+               "one_step.png": multiclass_one_step_figure(
+                   alphas[:, present], updates[present].T, one_step["slope_theory"],
+                   [one_step[f"slope_class_{k}"] for k in range(tokens.num_classes)])}
+    top = {"top by E_s^T p": top_words(scores, "score_p", TOP_WORDS),
+           **{f"top by E_s^T v_{k}": top_words(scores, f"score_v_class_{k}", TOP_WORDS)
+              for k in range(tokens.num_classes)}}
+    return Views(scores, figures, top)
 
 
-def details(runs: dict, classes: int) -> dict[str, str]:
+def details(runs: dict, binary: bool) -> dict[str, str]:
     """A few words of context for some claims' `ours`: the means over the seeds of what the statistic is made of."""
     return {
-        "lemma41_slope": f"slope {number(mean_over_seeds(runs, 'step', 'slope' if classes == 2 else 'slope_class_0'))}"
+        "lemma41_slope": f"slope {number(mean_over_seeds(runs, 'step', 'slope' if binary else 'slope_class_0'))}"
                          f" against {number(mean_over_seeds(runs, 'step', 'slope_theory'))}"
-                         + (" (class 0)" if classes > 2 else ""),
+                         + ("" if binary else " (class 0)"),
         "lemma42_growth": f"|p_T| {number(mean_over_seeds(runs, 'flow', 'p_norm'))}, increasing at "
                           f"{number(mean_over_seeds(runs, 'flow', 'p_norm_increasing_fraction'), '.0%')} of the logged "
                           "steps",
@@ -80,35 +106,20 @@ def evaluate(config: Config, run: StageRun) -> None:
     one_step, gradient_flow = (read_json(require_output(folder / "metrics.json", stage)) for folder, stage in
                                ((step_folder, "one_step"), (flow_folder, "gradient_flow")))
 
-    classes = num_classes(tokens)
-    present = token_scores(tokens, embeddings, trajectory["p"][-1], classes)[occurring(tokens)]
+    views = binary_views if tokens.binary else multiclass_views
+    present, figures, top = views(tokens, embeddings, trajectory["p"][-1], one_step,
+                                  f"{dataset}, seed {first}: E1 after one step, p after gradient flow")
     out = results_dir("evaluate", dataset)
     write_csv(out / "token_scores.csv", present)
-    title = f"{dataset}, seed {first}: E1 after one step, p after gradient flow"
-    if classes == 2:
-        figures = {
-            "token_scores.png": token_scores_figure(present, title),
-            "one_step.png": one_step_figure(present["alpha"].to_numpy(), present["update_v"].to_numpy(),
-                                            present["token_type"].to_numpy(), one_step["slope_theory"],
-                                            one_step["slope"]),
-        }
-    else:
-        figures = {
-            "token_scores.png": multiclass_token_scores_figure(present, classes, title),
-            "one_step.png": multiclass_one_step_figure(
-                present.filter(regex="^alpha_class_").to_numpy().T, present.filter(like="update_v_class_").to_numpy().T,
-                one_step["slope_theory"], [one_step[f"slope_class_{k}"] for k in range(classes)]),
-        }
     figures["gradient_flow.png"] = gradient_flow_figure(history, gradient_flow.get("max_margin_norm") or float("nan"))
     for name, figure in figures.items():
         save_figure(figure, out / name)
         run.log_artifact(out / name, "figures")
 
     runs = dataset_runs(dataset, config)
-    measurements = dataset_measurements(dataset, config, "evaluate", details(runs, classes))
+    measurements = dataset_measurements(dataset, config, "evaluate", details(runs, tokens.binary))
     write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
-    top = top_tokens(present, classes)
     write_json(out / "top_tokens.json", top)
     run.log_artifact(out / "top_tokens.json")
     notes = [f"E_s^T p_T (seed {first}): {number(gradient_flow.get('score_p_important'))} on average over the "

@@ -69,7 +69,7 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     settings, thresholds = config.phase, config.evaluate
     grid = read_grid(config)
     tokens = read_token_table(processed_dir(settings.dataset) / "tokens.csv")
-    mean_abs_alpha = float(tokens.loc[tokens["important"].astype(bool), "alpha"].abs().mean())
+    mean_abs_alpha = float(np.abs(tokens.column("alpha")[tokens.important]).mean())
     grid["selects"] = grid["selection_fraction"] >= thresholds.min_selection_fraction
     grid["max_margin"] = grid["selects"] & (grid["cos_max_margin"] >= thresholds.min_cos_max_margin)
     write_csv(OUT / "grid.csv", grid)

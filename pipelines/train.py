@@ -19,7 +19,7 @@ import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
-from toksel.data.token_table import num_classes, read_token_table
+from toksel.data.token_table import read_token_table
 from toksel.io import file_digest, write_csv
 from toksel.measurements import curve_settings
 from toksel.models.fused import FusedBags
@@ -41,10 +41,10 @@ def train(config: Config, run: StageRun) -> None:
     folder = processed_dir(dataset)
     run.set_tag("mlflow.runName", f"train seed {seed}")
     tokens = read_token_table(folder / "tokens.csv")
-    classes = num_classes(tokens)
+    classes = tokens.num_classes
     init = initialise(len(tokens), config.model.d, seed, num_classes=classes)
     dtype = parameter_dtype(settings.precision)
-    important = torch.tensor(tokens["important"].to_numpy(dtype=bool))
+    important = torch.tensor(tokens.important)
 
     # Every fit of the stage (each arm's screens, kept, matched, control) reads the same rows and starts from E0
     # or E1: each made once per label set (E1 is a full pass over the split; the splits are read from disk).

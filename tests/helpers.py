@@ -1,9 +1,15 @@
 """What several test modules share: the project root and a tiny but real configuration."""
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,6 +29,21 @@ TIMING_METRICS = {"seconds", "control_seconds", "peak_memory_mb"}
 TINY_TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02", "train.lr_grid=[0.02]",
               "train.datasets=[synthetic]", "train.heldout_min_count=1", "train.arms=[trained]"]
 ALL_ARMS = "train.arms=[trained,untrained,one_step]"
+
+
+@contextlib.contextmanager
+def throwaway_project(tmp_path_factory: pytest.TempPathFactory, **env: str) -> Iterator[Path]:
+    """A project folder with the repository's params.yaml, its own MLflow store and pipeline id (and `env`), the
+    working directory while the context lasts: for module fixtures, which cannot use monkeypatch."""
+    project = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(project)
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+        patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
+        for name, value in env.items():
+            patch.setenv(name, value)
+        yield project
 
 
 def seed_folder(project: Path, stage: str, run: str, seed: int = 0) -> Path:

@@ -2,10 +2,8 @@
 
 import json
 import math
-import shutil
 import subprocess
 import sys
-import uuid
 
 import numpy as np
 import pandas as pd
@@ -13,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import ROOT, TINY, seed_folder
+from tests.helpers import TINY, seed_folder, throwaway_project
 from toksel import tracker
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
@@ -28,14 +26,7 @@ def _folder(project, stage):
 def finished_pipeline(tmp_path_factory):
     """The four stages on TINY in a throw-away project, shared by this module's tests (the last one, which breaks
     an output on purpose, runs last); the MLflow store is reached through its companion process, as in a pipeline."""
-    project = tmp_path_factory.mktemp("project")
-    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(project)
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
-        patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
-        patch.setenv("TOKSEL_TRACKER", "1")
-        patch.setenv("TOKSEL_TRACKER_IDLE", "120")
+    with throwaway_project(tmp_path_factory, TOKSEL_TRACKER="1", TOKSEL_TRACKER_IDLE="120") as project:
         for module in STAGES.values():
             assert module.main(TINY) == 0
         assert tracker.socket_path(f"sqlite:///{project / 'mlflow.db'}").exists()

@@ -6,7 +6,6 @@ import math
 import os
 import re
 import shutil
-import uuid
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, prepare, report
-from tests.helpers import ROOT, TINY
+from tests.helpers import TINY, throwaway_project
 from toksel.render_check import BROWSERS, render
 from toksel.render_check import main as render_check
 from toksel.theory.phase import edge_factor, fit_power_law, measured_window, predicted_window
@@ -47,12 +46,7 @@ def test_the_scale_argument_and_the_power_law_fit():
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory):
     """The four theory stages, two phase cells, the phase diagram and the report, in one throw-away project."""
-    project = tmp_path_factory.mktemp("project")
-    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(project)
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
-        patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
+    with throwaway_project(tmp_path_factory) as project:
         for module in (prepare, one_step, gradient_flow, evaluate):
             assert module.main(TINY) == 0
         for d in (64, 256):

@@ -92,11 +92,14 @@ def test_class_signed_frequency_matches_alpha_for_two_classes_and_its_definition
 
 def test_prepare_packs_a_mirror_dataset_with_unk_left_out_of_the_statistics(mirror_project):
     assert prepare.main(["dataset=tiny"]) == 0
-    tokens = read_token_table(mirror_project / "data" / "processed" / "tiny" / "tokens.csv")
-    assert tokens["word"].iloc[0] == UNKNOWN and tokens["special"].iloc[0]
-    assert np.isnan(tokens["alpha"].iloc[0]) and tokens["count_positive"].iloc[0] == 0
+    table = read_token_table(mirror_project / "data" / "processed" / "tiny" / "tokens.csv")
+    tokens = table.frame
+    assert table.num_classes == 2 and tokens["word"].iloc[0] == UNKNOWN and tokens["special"].iloc[0]
+    assert np.isnan(tokens["alpha"].iloc[0]) and tokens["count_class_1"].iloc[0] == 0
+    assert not table.occurring()[0] and np.isnan(table.importance()[0])
     great = tokens.set_index("word").loc["great"]
-    assert great["count_positive"] == 5 and great["count_negative"] == 1 and great["alpha"] > 0
+    assert great["count_class_1"] == 5 and great["count_class_0"] == 1 and great["alpha"] > 0
+    assert great["importance"] == great["alpha"] and great["alpha_class_1"] == pytest.approx(great["alpha"] / 2)
     assert tokens.set_index("word").loc["awful", "posterior_difference"] == -1
     assert "<" not in set(tokens["word"]) and "br" not in set(tokens["word"])
     test = PackedSplit.load(mirror_project / "data" / "processed" / "tiny" / "test.npz")
@@ -186,8 +189,9 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
                              "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
     assert prepare.main(["dataset=three"]) == 0
-    tokens = read_token_table(mirror_project / "data" / "processed" / "three" / "tokens.csv")
-    assert tokens["alpha"].isna().all() and (tokens["count_positive"] == 0).all()  # no binary reading
+    table = read_token_table(mirror_project / "data" / "processed" / "three" / "tokens.csv")
+    assert table.num_classes == 3 and not {"alpha", "token_type", "count_positive"} & set(table.frame.columns)
+    tokens = table.frame
     words = tokens[~tokens["special"]]
     alphas = words[[f"alpha_class_{k}" for k in range(3)]].to_numpy()
     np.testing.assert_allclose(alphas.sum(axis=1), 0, atol=1e-15)  # sum_k (1{y = k} - 1/K) = 0
@@ -195,6 +199,15 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
     assert [dull[f"count_class_{k}"] for k in range(3)] == [1, 3, 0]
     assert dull["alpha_class_1"] > 0 > dull["alpha_class_2"]
     assert dull["posterior_difference"] == (0 - 1) / 4  # P(last class | s) - P(first class | s)
+    assert dull["importance"] == np.abs([dull[f"alpha_class_{k}"] for k in range(3)]).max()
+
+
+def test_a_token_table_read_with_other_classes_than_declared_is_refused(mirror_project):
+    assert prepare.main(["dataset=tiny"]) == 0
+    path = mirror_project / "data" / "processed" / "tiny" / "tokens.csv"
+    path.with_suffix(".json").write_text('{"num_classes": 3}')
+    with pytest.raises(ToksError, match="does not hold 3 classes"):
+        read_token_table(path)
 
 
 def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mirror_project):

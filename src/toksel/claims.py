@@ -83,6 +83,35 @@ SCOPES = {
 SPEARMAN_REASON = "per-token rank correlation on held-out token statistics"
 SHUFFLED = "the same training with the labels shuffled (train and test)"
 
+
+def u_shaped(claim_id: str, source: str, claim: str, scope: str, paper: str, run: str, score: str,
+             producer: str) -> Claim:
+    """A score rises away from posterior difference 0 on both sides (a U or V), judged on the side that rises
+    less; its control is the same training on shuffled labels."""
+    return Claim(claim_id, source, claim, scope, paper, Statistic((run,), "u_rise"),
+                 f"the smaller, over the two sides of 0, of the Spearman of {score} with |posterior difference| "
+                 f"({SPEARMAN_REASON})", ">=", "report.min_token_spearman", SHUFFLED, producer=producer)
+
+
+def tighter_curves(vector: str, paper: str) -> Claim:
+    """The rebuttal's spread comparison for E_s^T v or E_s^T p: one step then frozen gives tighter binned curves
+    than full training, measured by the scale-free spread of each."""
+    return Claim(f"spread_ratio_{vector}", "Rebuttal",
+                 f"one step then frozen gives tighter E_s^T {vector} curves than full training", "binary_real", paper,
+                 Statistic(("trained", "one_step"), f"bin_spread_{vector}", "ratio"),
+                 f"mean per-bin std over the std of all the tokens' E_s^T {vector} (free of the scale of {vector}), "
+                 "full training over one step then frozen", ">=", "report.min_spread_ratio", SHUFFLED,
+                 producer="compare")
+
+
+def rises_with_alpha(claim_id: str, source: str, claim: str, scope: str, paper: str, run: str,
+                     producer: str) -> Claim:
+    """E_s^T v rises with the token's signed frequency alpha_s; its control is the same training on shuffled
+    labels."""
+    return Claim(claim_id, source, claim, scope, paper, Statistic((run,), "spearman_v_alpha"),
+                 f"Spearman of E_s^T v with alpha_s ({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
+                 SHUFFLED, producer=producer)
+
 CLAIMS: tuple[Claim, ...] = (
     # The theory, on every dataset: the one step and gradient flow on p.
     Claim("lemma41_slope", "Lemma 4.1", "one step on E moves E_s^T v by eta0 alpha_s / 2", "every",
@@ -112,52 +141,27 @@ CLAIMS: tuple[Claim, ...] = (
           Statistic(("trained", "untrained"), "test_accuracy", "difference"),
           "test accuracy, trained minus untrained (E frozen at E0), each arm at its tuned learning rate", ">=",
           "report.min_accuracy_gap", SHUFFLED, producer="compare"),
-    Claim("spread_ratio_v", "Rebuttal", "one step then frozen gives tighter E_s^T v curves than full training",
-          "binary_real", "per-bin std about 8 times smaller",
-          Statistic(("trained", "one_step"), "bin_spread_v", "ratio"),
-          "mean per-bin std over the std of all the tokens' E_s^T v (free of the scale of v), full training over "
-          "one step then frozen", ">=", "report.min_spread_ratio", SHUFFLED,
-          producer="compare"),
-    Claim("spread_ratio_p", "Rebuttal", "one step then frozen gives tighter E_s^T p curves than full training",
-          "binary_real", "per-bin std about 6 times smaller",
-          Statistic(("trained", "one_step"), "bin_spread_p", "ratio"),
-          "mean per-bin std over the std of all the tokens' E_s^T p (free of the scale of p), full training over "
-          "one step then frozen", ">=", "report.min_spread_ratio", SHUFFLED,
-          producer="compare"),
-    Claim("v_increasing", "Figure 3", "E_s^T v increases with the token's posterior difference", "binary_real",
-          "monotone increasing", Statistic(("trained",), "spearman_v_alpha"),
-          f"Spearman of E_s^T v with alpha_s ({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="compare"),
-    Claim("p_u_shape", "Figures 1, 3", "E_s^T p is U-shaped: it rises away from posterior difference 0 on both "
-          "sides", "binary_real", "U-shaped, lowest near 0", Statistic(("trained",), "u_rise"),
-          "the smaller, over the two sides of 0, of the Spearman of E_s^T p with |posterior difference| "
-          f"({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="compare"),
+    tighter_curves("v", "per-bin std about 8 times smaller"),
+    tighter_curves("p", "per-bin std about 6 times smaller"),
+    rises_with_alpha("v_increasing", "Figure 3", "E_s^T v increases with the token's posterior difference",
+                     "binary_real", "monotone increasing", "trained", "compare"),
+    u_shaped("p_u_shape", "Figures 1, 3", "E_s^T p is U-shaped: it rises away from posterior difference 0 on both "
+             "sides", "binary_real", "U-shaped, lowest near 0", "trained", "E_s^T p", "compare"),
     Claim("multiclass_v_increasing", "Rebuttal, 4 classes", "E_s^T v_k increases with the class-k signed "
           "frequency, for every class", "multiclass", "increasing, with a jump in sign at 0",
           Statistic(("trained",), "spearman_v_alpha"),
           f"the smallest over the classes of the Spearman of E_s^T v_k with alpha_s^(k) ({SPEARMAN_REASON})", ">=",
           "report.min_token_spearman", SHUFFLED, producer="compare"),
     # The rebuttal's architecture ablations (models with positions).
-    Claim("two_layer_u_shape", "Figure 1", "the two-layer model's <cls> score E_s^T p is U-shaped", "ablation",
-          "U-shaped, lowest near 0", Statistic(("two_layer",), "u_rise"),
-          f"the smaller over the two sides of the Spearman of E_s^T p with |posterior difference| "
-          f"({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="ablation_report"),
-    Claim("kq_p_u_shape", "Rebuttal table, 2 layers + W_KQ", "p^T W_KQ^(2) E_s is U-shaped", "ablation",
-          "U-shaped, lowest (-3.92) at x = 0.01", Statistic(("two_layer_kq",), "u_rise"),
-          f"the smaller over the two sides of the Spearman of p^T W_KQ^(2) E_s with |posterior difference| "
-          f"({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="ablation_report"),
-    Claim("kq_v_increasing", "Rebuttal table, 2 layers + W_KQ", "E_s^T v increases with the posterior difference",
-          "ablation", "increasing, as in Figure 1", Statistic(("two_layer_kq",), "spearman_v_alpha"),
-          f"Spearman of E_s^T v with alpha_s ({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="ablation_report"),
-    Claim("mlp_p_v_shape", "Rebuttal table, MLP head", "E_s^T p is V-shaped", "ablation",
-          "V-shaped, lowest (0.59) at x = 0.01", Statistic(("mlp",), "u_rise"),
-          f"the smaller over the two sides of the Spearman of E_s^T p with |posterior difference| "
-          f"({SPEARMAN_REASON})", ">=", "report.min_token_spearman",
-          SHUFFLED, producer="ablation_report"),
+    u_shaped("two_layer_u_shape", "Figure 1", "the two-layer model's <cls> score E_s^T p is U-shaped", "ablation",
+             "U-shaped, lowest near 0", "two_layer", "E_s^T p", "ablation_report"),
+    u_shaped("kq_p_u_shape", "Rebuttal table, 2 layers + W_KQ", "p^T W_KQ^(2) E_s is U-shaped", "ablation",
+             "U-shaped, lowest (-3.92) at x = 0.01", "two_layer_kq", "p^T W_KQ^(2) E_s", "ablation_report"),
+    rises_with_alpha("kq_v_increasing", "Rebuttal table, 2 layers + W_KQ",
+                     "E_s^T v increases with the posterior difference", "ablation", "increasing, as in Figure 1",
+                     "two_layer_kq", "ablation_report"),
+    u_shaped("mlp_p_v_shape", "Rebuttal table, MLP head", "E_s^T p is V-shaped", "ablation",
+             "V-shaped, lowest (0.59) at x = 0.01", "mlp", "E_s^T p", "ablation_report"),
     Claim("mlp_v_positive_side", "Rebuttal table, MLP head", "E_s^T v increases on the positive side (residual "
           "MLP, whose E_s^T v reads E_s)", "ablation", "increasing for x > 0",
           Statistic(("mlp_residual",), "v_rise_positive"),

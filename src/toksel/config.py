@@ -29,6 +29,11 @@ def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, l
     return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "choices": choices, "help": help})
 
 
+def limit(default: int, *, help: str) -> Any:
+    """A cap on how many of something are kept: a non-negative integer, 0 for no cap."""
+    return bounded(default, ge=0, help=help)
+
+
 # The sections a `datasets` entry may override; dvc.yaml tracks datasets.<name>.<section> for each.
 DATASET_SECTIONS = ("data", "model", "one_step", "gradient_flow", "train")
 
@@ -70,9 +75,9 @@ class DataConfig:
                              help="word: lowercase words and punctuation; wordpiece/bpe: trained on train")
     subword_vocab_size: int = bounded(8000, ge=100, help="vocabulary size a subword tokenizer is trained to")
     min_count: int = bounded(1, ge=1, help="keep tokens seen at least this often in the training split")
-    max_vocab: int = bounded(0, ge=0, help="keep at most this many most frequent tokens (0: no limit)")
-    max_train: int = bounded(0, ge=0, help="label-balanced, seeded subsample of the train split (0: all)")
-    max_test: int = bounded(0, ge=0, help="label-balanced, seeded subsample of the test split (0: all)")
+    max_vocab: int = limit(0, help="keep at most this many most frequent tokens (0: no limit)")
+    max_train: int = limit(0, help="label-balanced, seeded subsample of the train split (0: all)")
+    max_test: int = limit(0, help="label-balanced, seeded subsample of the test split (0: all)")
     max_len: Optional[int] = bounded(None, ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
@@ -153,8 +158,8 @@ SEQUENCE_VARIANTS = ("one_layer", "mlp", "mlp_residual", "two_layer", "two_layer
 class ScaleConfig:
     d: int = bounded(256, ge=1, help="embedding dimension")
     max_len: Optional[int] = bounded(64, ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
-    max_train: int = bounded(6000, ge=0, help="seeded subset of the train split, validation included (0: all)")
-    max_test: int = bounded(5000, ge=0, help="seeded subset of the test split (0: all)")
+    max_train: int = limit(6000, help="seeded subset of the train split, validation included (0: all)")
+    max_test: int = limit(5000, help="seeded subset of the test split (0: all)")
 
 
 @dataclass

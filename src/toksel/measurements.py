@@ -20,6 +20,7 @@ import pandas as pd
 
 from toksel.claims import CLAIMS, Measurement, in_scope, measure
 from toksel.config import EMBEDDINGS, Config, TrainConfig
+from toksel.data.token_table import TokenTable
 from toksel.io import read_json, read_npz
 from toksel.paths import results_dir, seed_dir
 from toksel.theory.token_curves import CurveSettings, token_curves
@@ -85,7 +86,7 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def theory_protocol_metrics(dataset: str, tokens: pd.DataFrame, seed: int, curves: CurveSettings) -> dict[str, Any]:
+def theory_protocol_metrics(dataset: str, tokens: TokenTable, seed: int, curves: CurveSettings) -> dict[str, Any]:
     """The token-curve metrics of E1 with v0 and p_T from gradient flow (the one_step and gradient_flow stages of
     `seed`); {} if either has not run."""
     embeddings_path = seed_dir(results_dir("one_step", dataset), seed) / "embeddings.npz"
@@ -99,7 +100,7 @@ def theory_protocol_metrics(dataset: str, tokens: pd.DataFrame, seed: int, curve
 
 
 def dataset_measurements(dataset: str, config: Config, producer: str, details: dict[str, str] | None = None,
-                         tokens: pd.DataFrame | None = None) -> list[Measurement]:
+                         tokens: TokenTable | None = None) -> list[Measurement]:
     """The claims stage `producer` (evaluate, compare) judges on `dataset` (config: its resolved config), and the
     protocol variants of the training claims (compare: `tokens`, the token table, for the theory protocol's
     curves); details: claim id -> a few words on what was measured."""

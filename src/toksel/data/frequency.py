@@ -28,12 +28,6 @@ class TokenStatistics:
     posterior_difference: np.ndarray  # P(1|s) - P(0|s); NaN for tokens that never occur
     token_type: np.ndarray
 
-    def as_columns(self) -> dict[str, np.ndarray]:
-        return {
-            "count_positive": self.count_positive, "count_negative": self.count_negative, "alpha": self.alpha,
-            "posterior_difference": self.posterior_difference, "token_type": self.token_type,
-        }
-
 
 def average_signed_frequency(split: PackedSplit) -> np.ndarray:
     """alpha_s, exact: signed counts are summed as integers per sequence length before dividing by T.
@@ -61,11 +55,12 @@ def label_counts(split: PackedSplit) -> tuple[np.ndarray, np.ndarray]:
     return occurrences(is_positive), occurrences(~is_positive)
 
 
-def posterior_difference(count_positive: np.ndarray, count_negative: np.ndarray) -> np.ndarray:
-    """P(1|s) - P(0|s) estimated from token occurrences: (c+ - c-) / (c+ + c-), in [-1, 1]."""
-    total = count_positive + count_negative
+def posterior_difference(counts: np.ndarray) -> np.ndarray:
+    """P(K-1|s) - P(0|s), the last class against the first, estimated from the (K, |S|) occurrences per class:
+    (c_{K-1} - c_0) / sum_k c_k, in [-1, 1]; P(1|s) - P(0|s) for two classes; NaN for tokens that never occur."""
+    total = counts.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, (count_positive - count_negative) / total, np.nan)
+        return np.where(total > 0, (counts[-1] - counts[0]) / total, np.nan)
 
 
 def token_types(alpha: np.ndarray, count_positive: np.ndarray, count_negative: np.ndarray) -> np.ndarray:
@@ -98,26 +93,12 @@ def class_counts(split: PackedSplit, num_classes: int) -> np.ndarray:
                                  minlength=split.vocab_size) for k in range(num_classes)]).astype(np.int64)
 
 
-def without_tokens(statistics: TokenStatistics, excluded: np.ndarray) -> TokenStatistics:
-    """The statistics with `excluded` tokens (such as <unk>) left out: no counts, alpha and posterior NaN."""
-    def blank(values: np.ndarray, fill: float) -> np.ndarray:
-        return np.where(excluded, fill, values)
-
-    return TokenStatistics(
-        count_positive=blank(statistics.count_positive, 0).astype(np.int64),
-        count_negative=blank(statistics.count_negative, 0).astype(np.int64),
-        alpha=blank(statistics.alpha, np.nan),
-        posterior_difference=blank(statistics.posterior_difference, np.nan),
-        token_type=blank(statistics.token_type, IRRELEVANT).astype(np.int64),
-    )
-
-
 def token_statistics(split: PackedSplit) -> TokenStatistics:
     count_positive, count_negative = label_counts(split)
     alpha = average_signed_frequency(split)
     return TokenStatistics(
         count_positive=count_positive, count_negative=count_negative, alpha=alpha,
-        posterior_difference=posterior_difference(count_positive, count_negative),
+        posterior_difference=posterior_difference(np.stack([count_negative, count_positive])),
         token_type=token_types(alpha, count_positive, count_negative),
     )
 

@@ -11,16 +11,18 @@ import pandas as pd
 from toksel.config import DataConfig
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import (
-    TokenStatistics,
+    IRRELEVANT,
     assumption1_fraction,
+    average_signed_frequency,
     class_counts,
     class_signed_frequency,
+    posterior_difference,
     token_statistics,
-    without_tokens,
+    token_types,
 )
 from toksel.data.sources import balanced_subsample, load_text_split
 from toksel.data.synthetic import SyntheticVocabulary, generate
-from toksel.data.token_table import token_table, top_decile
+from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
 
@@ -30,7 +32,7 @@ GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3,
 @dataclass(frozen=True)
 class PreparedDataset:
     splits: dict[str, PackedSplit]  # train, test
-    tokens: pd.DataFrame  # the token table
+    tokens: TokenTable
     metrics: dict[str, float]
 
 
@@ -43,9 +45,9 @@ def prepare_synthetic(data: DataConfig, seed: int) -> PreparedDataset:
     statistics = token_statistics(splits["train"])
     groups = vocab.groups()
     words = [f"{GROUP_PREFIX[group]}{i}" for i, group in enumerate(groups)]
-    table = token_table(statistics, words, important=groups != 0, special=np.zeros(vocab.size, dtype=bool))
+    table = token_table(splits["train"], splits["test"], 2, words, special=np.zeros(vocab.size, dtype=bool),
+                        important=groups != 0)
     irrelevant = groups == 0
-    table = table.assign(**heldout_columns(splits["test"], 2, np.zeros(vocab.size, dtype=bool)))
     return PreparedDataset(splits, table, {
         "max_abs_alpha_irrelevant": float(np.abs(statistics.alpha[irrelevant]).max()),
         "mean_abs_alpha_relevant": float(np.abs(statistics.alpha[~irrelevant]).mean()),
@@ -72,12 +74,7 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
         splits[split] = PackedSplit.from_sequences([s for s, k in zip(ids, keep, strict=True) if k],
                                                    text_split.labels[keep], vocab.size)
     special = np.array([word == UNKNOWN for word in vocab.words])
-    if data.num_classes == 2:
-        statistics = without_tokens(token_statistics(splits["train"]), special)
-        table = token_table(statistics, vocab.words, top_decile(np.abs(statistics.alpha)), special)
-    else:
-        table = multiclass_token_table(splits["train"], data.num_classes, vocab.words, special)
-    table = table.assign(**heldout_columns(splits["test"], data.num_classes, special))
+    table = token_table(splits["train"], splits["test"], data.num_classes, vocab.words, special)
     test_unknown = np.isin(splits["test"].seq_tokens, np.flatnonzero(special)).mean()
     return PreparedDataset(splits, table, {
         "unknown_rate_test": float(test_unknown),
@@ -87,49 +84,50 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
     })
 
 
-def multiclass_token_table(train: PackedSplit, num_classes: int, words: list[str],
-                           special: np.ndarray) -> pd.DataFrame:
-    """For K > 2 classes: per class k, counts and the class-k signed frequency; the posterior difference is that
-    of the last and the first class, P(K-1|s) - P(0|s) (5 against 1 star on Yelp), and the other binary columns
-    stay empty.
+def token_table(train: PackedSplit, test: PackedSplit, num_classes: int, words: list[str], special: np.ndarray,
+                important: np.ndarray | None = None) -> TokenTable:
+    """The token table of a training split and its held-out split (data/token_table.py lists the columns).
 
-    Important tokens: the tenth with the largest max_k |alpha_s^(k)|.
+    Per class k: occurrences and the class-k signed frequency alpha_s^(k); the posterior difference is that of
+    the last class against the first, P(K-1|s) - P(0|s) (5 against 1 star on Yelp; P(1|s) - P(0|s) for two).
+    Two classes add the paper's alpha_s, computed exactly, whose |alpha_s| is the importance; K > 2 classes take
+    max_k |alpha_s^(k)|. Important (unless given): the tenth with the largest importance. Special tokens
+    (`special`) get no statistics.
     """
     counts = np.where(special, 0, class_counts(train, num_classes))
     alphas = np.where(special, np.nan, class_signed_frequency(train, num_classes))
-    empty = np.full(len(words), np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        last_against_first = np.where(special, np.nan, (counts[-1] - counts[0]) / counts.sum(axis=0))
-    blank = TokenStatistics(np.zeros(len(words), dtype=np.int64), np.zeros(len(words), dtype=np.int64), empty,
-                            last_against_first, np.zeros(len(words), dtype=np.int64))
-    table = token_table(blank, words, top_decile(np.abs(alphas).max(axis=0)), special)
-    for k in range(num_classes):
-        table[f"count_class_{k}"] = counts[k]
-        table[f"alpha_class_{k}"] = alphas[k]
-    return table
+    columns: dict[str, np.ndarray | list[str]] = {"token": np.arange(len(words)), "word": words}
+    columns |= {f"count_class_{k}": counts[k] for k in range(num_classes)}
+    columns |= {f"alpha_class_{k}": alphas[k] for k in range(num_classes)}
+    columns["posterior_difference"] = posterior_difference(counts)
+    if num_classes == 2:
+        alpha = average_signed_frequency(train)
+        columns["alpha"] = np.where(special, np.nan, alpha)
+        columns["token_type"] = np.where(special, IRRELEVANT, token_types(alpha, counts[1], counts[0]))
+        importance = np.abs(columns["alpha"])
+    else:
+        importance = np.abs(alphas).max(axis=0)
+    columns |= {"importance": importance, "important": top_decile(importance) if important is None else important,
+                "special": special, **heldout_columns(test, num_classes, special)}
+    return TokenTable(pd.DataFrame(columns), num_classes)
 
 
 def heldout_columns(test: PackedSplit, num_classes: int, special: np.ndarray) -> dict[str, np.ndarray]:
-    """The token statistics of the held-out (test) split, prefixed `heldout_`: the occurrences, alpha_s and the
-    posterior difference (K classes: alpha_s^(k), its document-frequency form `presence`, and the posterior
-    difference of the last against the first class).
+    """The token statistics of the held-out (test) split, prefixed `heldout_`: the occurrences, the posterior
+    difference, per class alpha_s^(k) and its document-frequency form `presence`; two classes also alpha_s.
 
     A trained model fits the noise of its training labels too, so its scores follow the training split's token
     statistics even when the labels carry no signal (shuffled labels give a Spearman of E_s^T v with the training
     alpha_s of 0.8 on IMDB). Statistics of reviews it never saw measure what it learned about the tokens.
     """
-    if num_classes == 2:
-        statistics = without_tokens(token_statistics(test), special)
-        return {"heldout_count": statistics.count_positive + statistics.count_negative,
-                "heldout_alpha": statistics.alpha, "heldout_posterior_difference": statistics.posterior_difference}
     counts = np.where(special, 0, class_counts(test, num_classes))
-    total = counts.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        columns = {"heldout_count": total,
-                   "heldout_posterior_difference": np.where(total > 0, (counts[-1] - counts[0]) / total, np.nan)}
+    columns = {"heldout_count": counts.sum(axis=0),
+               "heldout_posterior_difference": posterior_difference(counts)}
     for name, presence in (("alpha", False), ("presence", True)):
         values = class_signed_frequency(test, num_classes, presence=presence)
         columns |= {f"heldout_{name}_class_{k}": np.where(special, np.nan, values[k]) for k in range(num_classes)}
+    if num_classes == 2:
+        columns["heldout_alpha"] = np.where(special, np.nan, average_signed_frequency(test))
     return columns
 
 

@@ -1,65 +1,89 @@
-"""The per-token table a dataset's prepare stage writes: the token as text, its statistics and type, and
-which tokens are important (what the selection checks look for) or special (<unk>, left out of statistics).
+"""The per-token table a dataset's prepare stage writes, and what readers ask of it.
+
+One row per token: the word, per class k its occurrences `count_class_k` and class-k signed frequency
+`alpha_class_k`, the posterior difference of the last class against the first, the importance, whether it is
+important (what the selection checks look for) or special (<unk>, left out of the statistics), and the same
+statistics of the held-out split (`heldout_` columns). Two classes add the paper's exact alpha_s, the token types
+and the held-out alpha_s. The class count is declared next to the table (tokens.json), not read from the columns.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from toksel.data.frequency import TokenStatistics
-from toksel.io import require_output, write_csv
+from toksel.errors import ToksError
+from toksel.io import read_json, require_output, write_csv, write_json
+
+BINARY_COLUMNS = ("alpha", "token_type", "heldout_alpha")  # two classes only: the paper's alpha_s and its types
 
 
-def token_table(statistics: TokenStatistics, words: list[str], important: np.ndarray,
-                special: np.ndarray) -> pd.DataFrame:
-    table = pd.DataFrame({"token": np.arange(len(words)), "word": words, **statistics.as_columns()})
-    table["important"] = important.astype(bool)
-    table["special"] = special.astype(bool)
-    return table
+def class_columns(name: str, num_classes: int) -> list[str]:
+    return [f"{name}_class_{k}" for k in range(num_classes)]
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    frame: pd.DataFrame
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        expected = {*class_columns("count", self.num_classes), *class_columns("alpha", self.num_classes),
+                    *(BINARY_COLUMNS if self.binary else ())}
+        per_class = {column for column in self.frame.columns if column.startswith("count_class_")}
+        missing = sorted(expected - set(self.frame.columns))
+        if missing or len(per_class) != self.num_classes:
+            raise ToksError(f"the token table does not hold {self.num_classes} classes (missing {missing or 'none'}, "
+                            f"{len(per_class)} count columns): run the prepare stage again")
+
+    @property
+    def binary(self) -> bool:
+        return self.num_classes == 2
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.frame[name].to_numpy()
+
+    @property
+    def important(self) -> np.ndarray:
+        return self.frame["important"].to_numpy(dtype=bool)
+
+    def per_class(self, name: str) -> np.ndarray:
+        """(K, |S|): the columns `<name>_class_k`, e.g. count, alpha, heldout_alpha, heldout_presence."""
+        return self.frame[class_columns(name, self.num_classes)].to_numpy().T
+
+    def importance(self) -> np.ndarray:
+        """|alpha_s| for two classes, max_k |alpha_s^(k)| for more; NaN for tokens without statistics."""
+        return self.column("importance")
+
+    def occurring(self) -> np.ndarray:
+        """Tokens that occur in the training split and are not special: the ones with statistics."""
+        return np.isfinite(self.importance()) & (self.per_class("count").sum(axis=0) > 0)
 
 
 def top_decile(importance: np.ndarray) -> np.ndarray:
-    """Important tokens of real data: the tenth of the (non-NaN) tokens with the largest importance
-    (|alpha_s|, or max_k |alpha_s^(k)| for more than two classes)."""
+    """Important tokens of real data: the tenth of the (non-NaN) tokens with the largest importance."""
     threshold = np.nanquantile(importance, 0.9)
     return np.nan_to_num(importance, nan=-np.inf) >= threshold
 
 
-def num_classes(table: pd.DataFrame) -> int:
-    """K: the number of class-k columns a multi-class table holds; 2 for a binary table (which has none)."""
-    return sum(column.startswith("alpha_class_") for column in table.columns) or 2
+def _classes_path(path: Path) -> Path:
+    return path.with_suffix(".json")
 
 
-def class_alphas(table: pd.DataFrame) -> np.ndarray:
-    """(K, |S|): the class-k signed frequencies alpha_s^(k) of a multi-class table."""
-    return np.stack([table[f"alpha_class_{k}"].to_numpy() for k in range(num_classes(table))])
+def write_token_table(path: Path, table: TokenTable) -> None:
+    write_csv(path, table.frame, float_format="%.17g")  # alpha exactly, so alpha == 0 survives the round trip
+    write_json(_classes_path(path), {"num_classes": table.num_classes})
 
 
-def importance(table: pd.DataFrame) -> np.ndarray:
-    """|alpha_s| for two classes, max_k |alpha_s^(k)| for more; NaN for tokens without statistics."""
-    if num_classes(table) == 2:
-        return np.abs(table["alpha"].to_numpy())
-    return np.abs(class_alphas(table)).max(axis=0)
-
-
-def occurring(table: pd.DataFrame) -> np.ndarray:
-    """Tokens that occur in the training split and are not special: the ones with statistics."""
-    if num_classes(table) == 2:
-        count = table["count_positive"] + table["count_negative"]
-    else:
-        count = table.filter(like="count_class_").sum(axis=1)
-    return np.isfinite(importance(table)) & (count > 0).to_numpy()
-
-
-def write_token_table(path: Path, table: pd.DataFrame) -> None:
-    write_csv(path, table, float_format="%.17g")  # alpha exactly, so alpha == 0 survives the round trip
-
-
-def read_token_table(path: Path) -> pd.DataFrame:
+def read_token_table(path: Path) -> TokenTable:
     # Only the number columns may be empty (NaN); a word such as "nan" or "null" stays a word.
     header = pd.read_csv(require_output(path, producer="prepare"), nrows=0).columns
     numbers = {column: [""] for column in header if column != "word"}
-    return pd.read_csv(path, keep_default_na=False, na_values=numbers)
+    frame = pd.read_csv(path, keep_default_na=False, na_values=numbers)
+    return TokenTable(frame, int(read_json(require_output(_classes_path(path), producer="prepare"))["num_classes"]))

@@ -18,10 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
-import pandas as pd
 
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import importance, num_classes, occurring
+from toksel.data.token_table import TokenTable
 from toksel.errors import ToksError
 from toksel.models.fused import FusedBags
 from toksel.theory.gradient_flow import Trajectory, run_gradient_flow
@@ -126,12 +125,12 @@ def analyse_trajectory(
                              cos_important=cos_important)
 
 
-def importance_scores(scores: np.ndarray, tokens: pd.DataFrame) -> dict[str, float]:
+def importance_scores(scores: np.ndarray, tokens: TokenTable) -> dict[str, float]:
     """Mean E_s^T p over the important tokens and over the least important tenth (smallest |alpha_s|, or
     max_k |alpha_s^(k)| for K classes)."""
-    magnitude, present = importance(tokens), occurring(tokens)
+    magnitude, present = tokens.importance(), tokens.occurring()
     least = present & (magnitude <= np.quantile(magnitude[present], 0.1))
-    return {"score_p_important": float(scores[tokens["important"].to_numpy(dtype=bool)].mean()),
+    return {"score_p_important": float(scores[tokens.important].mean()),
             "score_p_least_important": float(scores[least].mean())}
 
 
@@ -155,23 +154,22 @@ class FlowSettings(Protocol):
     control_contraction: float  # Lemma 4.2's control: how strongly the penalty contracts p
 
 
-def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: pd.DataFrame,
+def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: TokenTable,
                          settings: FlowSettings, progress: bool = False,
                          important_direction: bool = True) -> GradientFlowResult:
     """GD on p from p0 with E frozen, on the training split, then the theory checks along the way (without
     `important_direction`, cos_max_margin_important is left null: a second QP that not every caller reads)."""
-    bags = FusedBags.from_split(train, num_classes(tokens))
+    bags = FusedBags.from_split(train, tokens.num_classes)
     trajectory = run_gradient_flow(E, p0, v, bags, steps=settings.steps, lr=settings.lr,
                                    normalized=settings.normalized, log_every=settings.log_every, progress=progress)
-    important = tokens["important"].to_numpy(dtype=bool)
-    report = analyse_trajectory(trajectory, E, train, important, settings.selection_tol, settings.max_margin,
+    report = analyse_trajectory(trajectory, E, train, tokens.important, settings.selection_tol, settings.max_margin,
                                 important_direction)
     metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens)}
     return GradientFlowResult(trajectory, report, metrics)
 
 
 def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit,
-                    tokens: pd.DataFrame, settings: FlowSettings) -> dict[str, float | None]:
+                    tokens: TokenTable, settings: FlowSettings) -> dict[str, float | None]:
     """The negative controls of the gradient-flow claims, as control_<metric>:
 
     - Lemma 4.2: the same GD on the loss plus lambda/2 |p|^2, which has a finite minimiser, so |p_t| must stop
@@ -183,7 +181,7 @@ def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarra
       gradient_flow.normalized the control is not run (null).
     - Lemma 4.4 and Theorem 4.3 (when the QP is requested): the flow with E frozen at E0, no step taken.
     """
-    bags = FusedBags.from_split(train, num_classes(tokens))
+    bags = FusedBags.from_split(train, tokens.num_classes)
     growth = None
     if not settings.normalized:  # a quarter of the flow's steps, logged at its T/4, T/2 and T
         steps = max(4, settings.steps // 4)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from toksel.data.corpus import PackedSplit
-from toksel.data.token_table import class_alphas, num_classes, occurring
+from toksel.data.token_table import TokenTable
 from toksel.errors import ToksError
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.one_layer import initialise
@@ -89,17 +88,18 @@ class OneStep:
     metrics: dict[str, float]  # alignment_metrics over the tokens that occur, and the no-step control's
 
 
-def one_step_from_initialisation(train: PackedSplit, tokens: pd.DataFrame, d: int, seed: int,
+def one_step_from_initialisation(train: PackedSplit, tokens: TokenTable, d: int, seed: int,
                                  eta0: float) -> OneStep:
     """Draw E0, p0 ~ N(0, I/d) and v (K orthonormal v_k), take the step on the training split, and measure it."""
-    classes = num_classes(tokens)
+    classes = tokens.num_classes
     if classes > d:
         raise ToksError(f"{classes} classes need {classes} orthonormal output vectors: model.d = {d} is too small")
     init = initialise(train.vocab_size, d, seed, num_classes=classes)
     E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
     E1 = one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(train, classes), eta0)
-    alpha = tokens["alpha"].to_numpy() if classes == 2 else class_alphas(tokens)
-    present, slope = np.flatnonzero(occurring(tokens)), theory_slope(eta0, classes)
+    # Two classes: the paper's alpha_s with slope eta0/2 (exact, the regression's x); K: each alpha_s^(k).
+    alpha = tokens.column("alpha") if tokens.binary else tokens.per_class("alpha")
+    present, slope = np.flatnonzero(tokens.occurring()), theory_slope(eta0, classes)
     metrics = alignment_metrics(E0, E1, v, alpha, slope, present)
     # The negative control: the same regression with no step taken, E0^T v against alpha_s.
     no_step = alignment_metrics(np.zeros_like(E0), E0, v, alpha, slope, present)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from toksel.data.token_table import num_classes, occurring
+from toksel.data.token_table import TokenTable
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,10 @@ def side_rises(score: np.ndarray, x: np.ndarray, against_abs: bool) -> tuple[flo
     return _spearman(score[positive], along[positive]), _spearman(score[negative], along[negative])
 
 
-def heldout_tokens(tokens: pd.DataFrame, min_count: int, among: np.ndarray | None = None) -> np.ndarray:
+def heldout_tokens(tokens: TokenTable, min_count: int, among: np.ndarray | None = None) -> np.ndarray:
     """The tokens the curves use: occurring in training, `min_count` times or more in the held-out split (and
     in `among`, a bool mask, if given)."""
-    kept = occurring(tokens) & (tokens["heldout_count"].to_numpy() >= min_count)
+    kept = tokens.occurring() & (tokens.column("heldout_count") >= min_count)
     return kept if among is None else kept & among
 
 
@@ -119,11 +119,36 @@ class CurveSettings:
     min_count: int = 1  # held-out occurrences a token needs
 
 
-def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
+@dataclass(frozen=True)
+class ValueAxis:
+    """One output vector's curve: its scores E_s^T v (v_k) over the kept tokens, binned along `x`, ranked against
+    the held-out signed frequency `alpha`. Named v{suffix}: v for two classes, v_class_k for K."""
+
+    suffix: str
+    x: np.ndarray
+    scores: np.ndarray
+    alpha: np.ndarray
+    x_label: str
+    score_label: str
+
+
+def value_axes(tokens: TokenTable, kept: np.ndarray, score_v: np.ndarray) -> list[ValueAxis]:
+    """Two classes: E_s^T v along the held-out posterior difference, ranked against alpha_s. K classes: each
+    E_s^T v_k along the held-out class-k document frequency, ranked against alpha_s^(k)."""
+    if tokens.binary:
+        return [ValueAxis("", tokens.column("heldout_posterior_difference")[kept], score_v[kept],
+                          tokens.column("heldout_alpha")[kept], "posterior difference (held-out)", "$E_s^T v$")]
+    presence, alphas = tokens.per_class("heldout_presence")[:, kept], tokens.per_class("heldout_alpha")[:, kept]
+    return [ValueAxis(f"_class_{k}", presence[k], score_v[kept, k], alphas[k],
+                      f"class-{k} document frequency (held-out)", f"$E_s^T v_{{{k}}}$")
+            for k in range(tokens.num_classes)]
+
+
+def token_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
                  among: np.ndarray | None = None) -> tuple[dict[str, float], dict[str, BinnedCurve]]:
     """Metrics and curves over the held-out tokens. score_v: (|S|,), or (|S|, K) for K classes."""
     kept = heldout_tokens(tokens, settings.min_count, among)
-    x = tokens["heldout_posterior_difference"].to_numpy()[kept]
+    x = tokens.column("heldout_posterior_difference")[kept]
     p = score_p[kept]
 
     def curve(along: np.ndarray, values: np.ndarray) -> BinnedCurve:
@@ -133,18 +158,14 @@ def token_curves(tokens: pd.DataFrame, score_p: np.ndarray, score_v: np.ndarray,
     rise_positive, rise_negative = side_rises(p, x, against_abs=True)
     metrics = {"tokens_used": float(kept.sum()), "u_rise_positive": rise_positive, "u_rise_negative": rise_negative,
                "u_rise": smallest([rise_positive, rise_negative])}
-    classes = num_classes(tokens)
-    if classes == 2:
-        v = score_v[kept]
-        curves["v"] = curve(x, v)
-        metrics["spearman_v_alpha"] = _spearman(v, tokens["heldout_alpha"].to_numpy()[kept])
-        metrics["v_rise_positive"], metrics["v_rise_negative"] = side_rises(v, x, against_abs=False)
+    axes = value_axes(tokens, kept, score_v)
+    for axis in axes:
+        curves[f"v{axis.suffix}"] = curve(axis.x, axis.scores)
+        metrics[f"spearman_v_alpha{axis.suffix}"] = _spearman(axis.scores, axis.alpha)
+    if tokens.binary:  # the two sides of the posterior difference, which only two classes have
+        metrics["v_rise_positive"], metrics["v_rise_negative"] = side_rises(axes[0].scores, x, against_abs=False)
     else:
-        for k in range(classes):
-            v_k = score_v[kept, k]
-            curves[f"v_class_{k}"] = curve(tokens[f"heldout_presence_class_{k}"].to_numpy()[kept], v_k)
-            metrics[f"spearman_v_alpha_class_{k}"] = _spearman(v_k, tokens[f"heldout_alpha_class_{k}"].to_numpy()[kept])
-        metrics["spearman_v_alpha"] = smallest([metrics[f"spearman_v_alpha_class_{k}"] for k in range(classes)])
+        metrics["spearman_v_alpha"] = smallest([metrics[f"spearman_v_alpha{axis.suffix}"] for axis in axes])
     v_curves = [curve for name, curve in curves.items() if name != "p"]
     metrics |= {
         "bin_std_p": curves["p"].mean_std,

@@ -36,6 +36,7 @@ import pytorch_lightning as pl
 
 from toksel.claims import CONTROL_PREFIX
 from toksel.config import TrainConfig
+from toksel.data.token_table import TokenTable
 from toksel.distributed import WorkerFinished, is_worker
 from toksel.measurements import SCREEN_PREFIX
 from toksel.theory.token_curves import BinnedCurve, CurveSettings
@@ -73,7 +74,7 @@ class Protocol:
     """The fits of one stage: each an MLflow run nested under the stage's, its checkpoints in its own folder."""
 
     def __init__(self, model: ModelFactory, data: DataFactory, settings: TrainConfig, checkpoints: Path,
-                 fingerprint: str, run: StageRun, seed: int, progress: bool, tokens: pd.DataFrame,
+                 fingerprint: str, run: StageRun, seed: int, progress: bool, tokens: TokenTable,
                  curves: CurveSettings, among: np.ndarray | None) -> None:
         self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
         self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
@@ -117,7 +118,7 @@ def screen(protocol: Protocol, rates: Sequence[float]) -> tuple[float, list[dict
 
 def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
                        checkpoints: Path, fingerprint: str, run: StageRun, seed: int, progress: bool,
-                       tokens: pd.DataFrame, curves: CurveSettings, among: np.ndarray | None = None,
+                       tokens: TokenTable, curves: CurveSettings, among: np.ndarray | None = None,
                        matched: float | None = None) -> Trained:
     """Screen the rates, fit the best (and `matched`, the matched-lr protocol's rate) under the stopping rule,
     then the control at the kept rate."""

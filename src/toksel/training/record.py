@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toksel.data.token_table import num_classes
+from toksel.data.token_table import TokenTable
 from toksel.io import write_csv
 from toksel.plots import binned_scores_figure, save_figure
-from toksel.theory.token_curves import BinnedCurve, CurveSettings, heldout_tokens, token_curves
+from toksel.theory.token_curves import BinnedCurve, CurveSettings, heldout_tokens, token_curves, value_axes
 from toksel.tracking import StageRun
 from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import FitResult
@@ -20,7 +20,7 @@ from toksel.training.fit import FitResult
 Metrics = dict[str, float | None]
 
 
-def summarise(module: ClassifierModule, result: FitResult, tokens: pd.DataFrame, settings: CurveSettings,
+def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, settings: CurveSettings,
               among: np.ndarray | None = None) -> tuple[Metrics, dict[str, BinnedCurve]]:
     """A fitted model's metrics -- the test metrics, loss and accuracy of the best model on the whole splits,
     |p|, |v| and mean |E_s|, the token-curve metrics, epochs and seconds -- and its curves."""
@@ -32,7 +32,7 @@ def summarise(module: ClassifierModule, result: FitResult, tokens: pd.DataFrame,
 
 
 def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
-               tokens: pd.DataFrame, settings: CurveSettings, title: str, among: np.ndarray | None = None,
+               tokens: TokenTable, settings: CurveSettings, title: str, among: np.ndarray | None = None,
                logged: tuple[str, ...] = (), score_label: str = "$E_s^T p$") -> None:
     """Write bins.csv, token_scores.png and metrics.json into `out` and log them; `logged`: metrics whose MLflow
     history already ends on their final value."""
@@ -48,16 +48,11 @@ def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metr
     run.record_metrics(out / "metrics.json", metrics, logged=logged)
 
 
-def _panels(tokens: pd.DataFrame, kept: np.ndarray, score_p: np.ndarray, score_v: np.ndarray,
+def _panels(tokens: TokenTable, kept: np.ndarray, score_p: np.ndarray, score_v: np.ndarray,
             curves: dict[str, BinnedCurve], score_label: str) -> list:
-    """Figure panels: the <cls> score over the held-out posterior difference, then E_s^T v (each v_k over the
-    held-out class-k document frequency)."""
-    x = tokens["heldout_posterior_difference"].to_numpy()[kept]
-    x_label = "posterior difference (held-out)"
-    panels = [(x, score_p[kept], curves["p"].as_frame(), x_label, score_label)]
-    classes = num_classes(tokens)
-    if classes == 2:
-        return [*panels, (x, score_v[kept], curves["v"].as_frame(), x_label, "$E_s^T v$")]
-    return [*panels, *((tokens[f"heldout_presence_class_{k}"].to_numpy()[kept], score_v[kept, k],
-                        curves[f"v_class_{k}"].as_frame(), rf"class-{k} document frequency (held-out)",
-                        f"$E_s^T v_{{{k}}}$") for k in range(classes))]
+    """Figure panels: the <cls> score over the held-out posterior difference, then E_s^T v (each v_k) along its
+    curve's axis."""
+    x = tokens.column("heldout_posterior_difference")[kept]
+    return [(x, score_p[kept], curves["p"].as_frame(), "posterior difference (held-out)", score_label),
+            *((axis.x, axis.scores, curves[f"v{axis.suffix}"].as_frame(), axis.x_label, axis.score_label)
+              for axis in value_axes(tokens, kept, score_v))]
