@@ -169,6 +169,14 @@ def phase_measurements(config: Config, ranges: dict, law, control_law) -> list[M
     return found
 
 
+def selection_grid(grid: pd.DataFrame) -> list[str]:
+    """The selection fraction as a d x eta0 Markdown table (the numbers of selection.png)."""
+    fractions = grid.pivot(index="d", columns="eta0", values="selection_fraction").sort_index()
+    header = ["d \\ eta0", *(f"{eta0:g}" for eta0 in fractions.columns)]
+    return markdown.table(header, [[f"{d:g}", *(markdown.number(value, ".3g") for value in row)]
+                                   for d, row in fractions.iterrows()])
+
+
 def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: list[list[str]], metrics: dict,
              figures: list[str]) -> str:
     def number(value: float | None, spec: str = ".3g") -> str:
@@ -185,6 +193,8 @@ def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: li
         f"2 / (|alpha| sqrt(d)) < eta0 < 2 / |alpha| = {metrics['predicted_high']:.3g}.", "",
         *markdown.table(["d", "selection window in eta0", "lower edge", "scale argument's lower edge", "upper edge",
                          "scale argument's upper edge", "max-margin window"], rows), "",
+        "Selection fraction of every cell (rows d, columns eta0):", "",
+        *selection_grid(grid), "",
         f"Measured edges (geometric middle of the grid's bracket) against the scale argument: lower edges within a "
         f"factor {number(metrics['low_edge_factor_max'])} ({metrics['low_edges_compared']:.0f} bracketed), upper "
         f"edges within a factor {number(metrics['high_edge_factor_max'])} ({metrics['high_edges_compared']:.0f} "
