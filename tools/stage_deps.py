@@ -56,9 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     graph = grimp.build_graph("toksel", "pipelines")
     changed = []
     for name, body in stage_bodies(dvc).items():
-        deps = computed_deps(graph, body)
-        if [str(dep) for dep in body["deps"]] != deps:
-            changed.append(name)
+        deps, listed = computed_deps(graph, body), [str(dep) for dep in body["deps"]]
+        if listed != deps:
+            missing, extra = sorted(set(deps) - set(listed)), sorted(set(listed) - set(deps))
+            changed.append(f"{name} (missing: {', '.join(missing) or 'none'}; not imported: "
+                           f"{', '.join(extra) or 'none'})")
             body["deps"] = deps
     if check:
         for name in changed:
