@@ -17,12 +17,16 @@ from tests.helpers import ROOT, TINY
 pytestmark = pytest.mark.slow
 
 
-def _dvc(project: Path, *args: str) -> str:
+def _run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)  # the default: sqlite:///<project>/mlflow.db
     env.pop("TOKSEL_PIPELINE_ID", None)  # stages must find their parent run through the dvc process
-    done = subprocess.run(["dvc", *args], cwd=project, env=env, capture_output=True, text=True)
+    return subprocess.run(["dvc", *args], cwd=project, env=env, capture_output=True, text=True)
+
+
+def _dvc(project: Path, *args: str) -> str:
+    done = _run_dvc(project, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -76,12 +80,12 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     first = _stages_run(_dvc(dvc_project, "repro"))
     training = ["train"]  # the three arms in one stage
     ablations = ["ablation-two_layer_kq"]  # ablation.variants: one of the four, to keep the test short
-    assert first[0] == "prepare" and first.index("one_step") < first.index("gradient_flow")
+    assert first[:2] == ["check_params", "prepare"] and first.index("one_step") < first.index("gradient_flow")
     assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train"])
     assert first.index("report") == len(first) - 1 and first.index("phase_diagram") > first.index("phase")
     theory = ["phase", "phase_diagram", "report"]
-    assert sorted(first) == sorted(["prepare", "one_step", "gradient_flow", *training, "evaluate", "compare",
-                                    *ablations, "ablation_report", *theory])
+    assert sorted(first) == sorted(["check_params", "prepare", "one_step", "gradient_flow", *training, "evaluate",
+                                    "compare", *ablations, "ablation_report", *theory])
     every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "ablation",
                           "ablation_report", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
@@ -104,7 +108,7 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = _dvc(dvc_project, "repro")
     # The phase row runs GD too; compare reads the flow for the theory protocol.
-    assert sorted(_stages_run(second)) == sorted(["gradient_flow", "evaluate", "compare", *theory])
+    assert sorted(_stages_run(second)) == sorted(["check_params", "gradient_flow", "evaluate", "compare", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([
         sorted(["evaluate", "compare", "gradient_flow", *theory]), every_stage])
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
@@ -114,8 +118,19 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     # descendants is DVC's own, shown above), which keeps this test inside the time budget of `make test`.
     patience, params.train.patience = params.train.patience, 5  # a training parameter: the training runs and
     OmegaConf.save(params, dvc_project / "params.yaml")  # compare, which reads the arms' protocol
-    assert _stages_stale(dvc_project) == sorted([*training, *ablations, "compare"])
+    assert _stages_stale(dvc_project) == sorted(["check_params", *training, *ablations, "compare"])
     params.train.patience = patience
     params.sequence.bucketed = False  # a sequence-model parameter: the ablations and their report only
     OmegaConf.save(params, dvc_project / "params.yaml")
-    assert _stages_stale(dvc_project) == sorted([*ablations, "ablation_report"])
+    assert _stages_stale(dvc_project) == sorted(["check_params", *ablations, "ablation_report"])
+
+    # A rejected value stops the pipeline at check_params, before DVC deletes the outputs of the stages that
+    # read it: one_step's embeddings are still there.
+    params.sequence.bucketed = True
+    params.one_step.eta0 = -1
+    OmegaConf.save(params, dvc_project / "params.yaml")
+    embeddings = dvc_project / "results" / "one_step" / "synthetic" / "seed0" / "embeddings.npz"
+    refused = _run_dvc(dvc_project, "repro")
+    assert refused.returncode != 0 and embeddings.exists()
+    assert "check_params: config error: one_step.eta0 = -1" in refused.stdout + refused.stderr
+    assert _stages_run(refused.stdout) == ["check_params"]

@@ -12,12 +12,14 @@ import functools
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from toksel.errors import ToksError
@@ -323,6 +325,11 @@ def _check_consistency(config: Config, prefix: str) -> None:
     if not phase.eta0 or not phase.d or min(phase.eta0) <= 0 or min(phase.d) < 1:
         raise ToksError(f"config error: {prefix}phase.eta0 = {phase.eta0} and phase.d = {phase.d} must be non-empty "
                         "lists of positive numbers")
+    if len({f"{eta0:g}" for eta0 in phase.eta0}) != len(phase.eta0) or len(set(phase.d)) != len(phase.d):
+        raise ToksError(f"config error: {prefix}phase.eta0 = {phase.eta0} and phase.d = {phase.d} must each hold "
+                        "distinct values (each names a cell of the grid)")
+    for name in (config.dataset, *config.datasets):
+        check_name(name, f"{prefix}dataset key")
     if config.datasets and phase.dataset not in config.datasets:
         raise ToksError(f"config error: {prefix}phase.dataset = {phase.dataset!r} is not an entry of `datasets` "
                         f"({', '.join(config.datasets)})")
@@ -332,6 +339,44 @@ def _check_consistency(config: Config, prefix: str) -> None:
                         f"{train.num_nodes} processes need train.strategy=ddp")
     if data.source == "hub" and not data.hub_id:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
+
+
+NAME = re.compile(r"[A-Za-z0-9_-]+")  # what may name a folder and stand in a DVC command line
+
+
+def check_name(name: str, what: str) -> None:
+    """`name` names a folder and stands in DVC's command lines: letters, digits, `_` and `-` only."""
+    if not NAME.fullmatch(name):
+        raise ToksError(f"config error: {what} {name!r} may hold only letters, digits, '_' and '-' (it names a "
+                        "folder and stands in dvc.yaml's commands)")
+
+
+def _check_folder_numbers(params: Any, path: Path) -> None:
+    """dvc.yaml names phase@<d>'s folder after the number as params.yaml writes it: 128.0 would name d128.0."""
+    written = OmegaConf.select(params, "phase.d", default=None)
+    if isinstance(written, ListConfig) and not all(isinstance(d, int) and not isinstance(d, bool)
+                                                   for d in written):
+        raise ToksError(f"config error: phase.d = {list(written)} in {path}: write each d as a plain integer "
+                        "(dvc.yaml names each row's folder after it)")
+
+
+def _read_params(path: Path) -> Any:
+    """params.yaml as an OmegaConf node; one line for a file that is not UTF-8, not YAML, repeats a key or is
+    not a mapping."""
+    try:
+        params = OmegaConf.load(path)
+    except UnicodeDecodeError as error:
+        raise ToksError(f"config error: {path} is not UTF-8 text (byte {error.start})") from None
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ToksError(f"config error: {path} is not valid YAML{at}: {problem}") from None
+    except OmegaConfBaseException as error:
+        raise ToksError(f"config error: {path}: {str(error).splitlines()[0]}") from None
+    if not isinstance(params, DictConfig):
+        raise ToksError(f"config error: {path} must be a mapping of sections, not a list")
+    return params
 
 
 @functools.cache
@@ -379,7 +424,12 @@ def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ToksError(f"config error: override {item!r} is not of the form key=value")
-    params, command_line = OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides))
+    params = _read_params(path)
+    _check_folder_numbers(params, path)
+    try:
+        command_line = OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as error:
+        raise ToksError(f"config error: the overrides {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
     first = _resolve([params, command_line])
     shared = OmegaConf.masked_copy(params, [key for key in params if key != "datasets"])
     for name in first.datasets:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,8 +47,17 @@ def write_json(path: Path | str, data: dict[str, Any] | list[Any]) -> None:
         tmp.write_text(json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: Path | str) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+def damaged(path: Path | str, error: Exception, producer: str | None = None) -> ToksError:
+    """The one-line error for a file a stage wrote that cannot be read back (truncated, overwritten, ...)."""
+    again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
+    return ToksError(f"{path} is damaged ({type(error).__name__}): {again}")
+
+
+def read_json(path: Path | str, producer: str | None = None) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        raise damaged(path, error, producer) from None
 
 
 def write_text(path: Path | str, text: str) -> None:
@@ -69,8 +79,11 @@ def require_output(path: Path | str, producer: str) -> Path:
 
 def read_npz(path: Path | str, producer: str) -> dict[str, np.ndarray]:
     """All arrays of `path`, an output of the stage `producer`."""
-    with np.load(require_output(path, producer)) as z:
-        return {name: z[name] for name in z.files}
+    try:
+        with np.load(require_output(path, producer)) as z:
+            return {name: z[name] for name in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not an npz, a bad member
+        raise damaged(path, error, producer) from None
 
 
 def write_csv(path: Path | str, frame: Any, float_format: str = "%.10g") -> None:

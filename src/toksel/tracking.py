@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -33,6 +34,7 @@ import psutil
 
 from toksel.config import Config, params_hash
 from toksel.distributed import is_worker
+from toksel.errors import ToksError
 from toksel.io import write_json
 from toksel.paths import project_root
 from toksel.processes import Process
@@ -42,6 +44,7 @@ EXPERIMENT = "toksel"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
 PARENT_TAG = "mlflow.parentRunId"
 HOST_TAG, PROCESS_TAG = "toksel.host", "toksel.process"  # where a running stage lives: "<pid>-<start time>"
+PIPELINE_ID = re.compile(r"[A-Za-z0-9._:-]+")
 TRIAL_TAG = "toksel.trial"  # on a run nested under a stage's: which trial of it ("lr 0.001", "control: ...")
 
 
@@ -88,7 +91,10 @@ def _is_dvc(process: psutil.Process) -> bool:
 def pipeline_key() -> str:
     """What the stages of one pipeline execution share: $TOKSEL_PIPELINE_ID, else their `dvc` process."""
     if os.environ.get("TOKSEL_PIPELINE_ID"):
-        return os.environ["TOKSEL_PIPELINE_ID"]
+        key = os.environ["TOKSEL_PIPELINE_ID"]
+        if not PIPELINE_ID.fullmatch(key):  # it stands quoted in a search of the store
+            raise ToksError(f"TOKSEL_PIPELINE_ID {key!r} may hold only letters, digits and . _ : -")
+        return key
     process = psutil.Process()
     for ancestor in process.parents():
         if _is_dvc(ancestor):

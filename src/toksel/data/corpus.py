@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from toksel.errors import ToksError
-from toksel.io import read_npz, write_npz
+from toksel.io import damaged, read_npz, write_npz
 
 
 @dataclass(frozen=True)
@@ -97,5 +97,8 @@ class PackedSplit:
     @classmethod
     def load(cls, path: Path) -> PackedSplit:
         fields = read_npz(path, producer="prepare")
+        missing = {field.name for field in dataclasses.fields(cls)} - set(fields)
+        if missing:
+            raise damaged(path, KeyError(", ".join(sorted(missing))), "prepare")
         fields["vocab_size"] = int(fields["vocab_size"])
         return cls(**fields)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.errors import ToksError
-from toksel.io import read_json, require_output, write_csv, write_json
+from toksel.io import damaged, read_json, require_output, write_csv, write_json
 
 BINARY_COLUMNS = ("alpha", "token_type", "heldout_alpha")  # two classes only: the paper's alpha_s and its types
 
@@ -83,7 +83,13 @@ def write_token_table(path: Path, table: TokenTable) -> None:
 
 def read_token_table(path: Path) -> TokenTable:
     # Only the number columns may be empty (NaN); a word such as "nan" or "null" stays a word.
-    header = pd.read_csv(require_output(path, producer="prepare"), nrows=0).columns
-    numbers = {column: [""] for column in header if column != "word"}
-    frame = pd.read_csv(path, keep_default_na=False, na_values=numbers)
-    return TokenTable(frame, int(read_json(require_output(_classes_path(path), producer="prepare"))["num_classes"]))
+    try:
+        header = pd.read_csv(require_output(path, producer="prepare"), nrows=0).columns
+        numbers = {column: [""] for column in header if column != "word"}
+        frame = pd.read_csv(path, keep_default_na=False, na_values=numbers)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise damaged(path, error, "prepare") from None
+    declared = read_json(require_output(_classes_path(path), producer="prepare"), producer="prepare")
+    if not isinstance(declared, dict) or not isinstance(declared.get("num_classes"), int):
+        raise damaged(_classes_path(path), KeyError("num_classes"), "prepare")
+    return TokenTable(frame, declared["num_classes"])

@@ -1,0 +1,33 @@
+"""Stage `check_params`: every setting of params.yaml validated before any other stage runs.
+
+Every `prepare` stage depends on this stage's output, so in `dvc repro` (and `dvc exp run -S ...`) it runs first
+whenever params.yaml changes. A rejected value stops the pipeline here, with one line and exit code 2, before
+DVC deletes the outputs of the stages that read the value, and before a dataset key that is no valid name
+reaches a stage's command line. Its output changes only with the verdict, so passing again re-runs nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from toksel.config import load_config
+from toksel.errors import ToksError
+from toksel.io import write_text
+
+VERDICT = Path("results") / "check_params" / "valid.txt"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        load_config(argv)  # every dataset entry is validated too, whichever one runs
+    except ToksError as error:
+        print(f"check_params: {error}", file=sys.stderr)
+        return 2
+    write_text(VERDICT, "params.yaml passed validation\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

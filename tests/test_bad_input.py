@@ -1,0 +1,70 @@
+"""Bad input of every kind ends in one line on stderr and exit code 2, and loses no result: damaged params.yaml,
+names that would leave the project or reach a shell, numbers that name folders, data that is wrong once cleaned,
+damaged files between stages."""
+
+import re
+
+import pytest
+
+from pipelines import check_params, gradient_flow, one_step, prepare
+from tests.helpers import TINY
+
+
+def _one_line(capsys: pytest.CaptureFixture, stage: str) -> str:
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1, error
+    assert error[0].startswith(f"{stage}: ")
+    return error[0]
+
+
+PARAMS_DAMAGE = [
+    ("not YAML", lambda text: "base:\n  seeds: [0\n", "is not valid YAML at line 3"),
+    ("a key twice", lambda text: text + "\nbase:\n  seeds: [0]\n", "found duplicate key base"),
+    ("not UTF-8", lambda text: text + "\n# caf\xe9\n", "is not UTF-8 text"),
+    ("a list", lambda text: "- 1\n- 2\n", "must be a mapping of sections"),
+    ("a shell command in a dataset key", lambda text: text + '  "x;touch pwned":\n    data: {}\n    model: {}\n'
+     "    one_step: {}\n    gradient_flow: {}\n    train: {}\n", "dataset key 'x;touch pwned' may hold only"),
+    ("a dataset key that leaves the project", lambda text: text + '  "../outside":\n    data: {}\n    model: {}\n'
+     "    one_step: {}\n    gradient_flow: {}\n    train: {}\n", "dataset key '../outside' may hold only"),
+    ("a row's d written as a float", lambda text: text.replace("  d: [128, 256,", "  d: [128.0, 256,"),
+     "write each d as a plain integer"),
+    ("one eta0 twice", lambda text: text.replace("  eta0: [10, 20,", "  eta0: [10, 10.0,"), "distinct values"),
+]
+
+
+@pytest.mark.parametrize(("damage", "message"), [case[1:] for case in PARAMS_DAMAGE],
+                         ids=[case[0] for case in PARAMS_DAMAGE])
+def test_damaged_params_give_one_line_and_exit_2(project, capsys, damage, message):
+    params = project / "params.yaml"
+    text = params.read_text()
+    assert re.search(r"^datasets:$(\n(  .*)?)*\Z", text, re.MULTILINE)  # the last section: entries append to it
+    params.write_bytes(damage(text).encode("latin-1"))
+    for stage, module in (("check_params", check_params), ("prepare", prepare)):
+        assert module.main([]) == 2
+        assert message in _one_line(capsys, stage)
+    assert not (project / "pwned").exists() and not (project / "data").exists()
+
+
+def test_a_valid_params_file_passes_the_check_with_an_unchanging_verdict(project):
+    assert check_params.main([]) == 0
+    verdict = project / "results" / "check_params" / "valid.txt"
+    first = verdict.read_bytes()
+    assert check_params.main([]) == 0 and verdict.read_bytes() == first  # downstream stages see no change
+
+
+def test_a_quote_in_the_pipeline_id_is_refused_before_the_store_is_searched(project, capsys, monkeypatch):
+    monkeypatch.setenv("TOKSEL_PIPELINE_ID", "a'b")
+    assert prepare.main(TINY) == 2
+    assert re.search(r"TOKSEL_PIPELINE_ID .* may hold only", _one_line(capsys, "prepare"))
+
+
+def test_a_damaged_intermediate_file_names_the_stage_to_rerun(prepared, capsys):
+    embeddings = prepared / "results" / "one_step" / "synthetic" / "seed0" / "embeddings.npz"
+    embeddings.write_bytes(embeddings.read_bytes()[:100])  # truncated
+    assert gradient_flow.main(TINY) == 2
+    error = _one_line(capsys, "gradient_flow")
+    assert "embeddings.npz is damaged" in error and "run the one_step stage again" in error
+    tokens = prepared / "data" / "processed" / "synthetic" / "tokens.json"
+    tokens.write_text("{not json")
+    assert one_step.main(TINY) == 2
+    assert "is damaged" in _one_line(capsys, "one_step")
