@@ -24,6 +24,7 @@ TRAIN = pd.DataFrame({
     "label": [1, 1, 1, 0, 0, 0, 0],
 })
 TEST = pd.DataFrame({"text": ["great unseenword", "awful dull"], "label": [1, 0]})
+THREE_TEST = pd.DataFrame({"text": ["great unseenword", "awful dull", "dull fun"], "label": [2, 0, 1]})
 
 
 def write_mirror(folder, name="tiny", train=TRAIN, test=TEST):
@@ -132,13 +133,32 @@ def _bad_input_cases(project):
         "empty split": (lambda: write_mirror(folder, train=TRAIN.iloc[:0]), "is empty"),
         "labels outside the classes": (lambda: write_mirror(folder, test=TEST.assign(label=[1, 2])),
                                        "labels [2] lie outside 0 .. 1"),
-        "single class": (lambda: write_mirror(folder, test=TEST.assign(label=[1, 1])), "single class"),
+        "single class": (lambda: write_mirror(folder, test=TEST.assign(label=[1, 1])),
+                         "tiny/test: after dropping 0 reviews with no token, no review of class 0 is left"),
+        "a class empty once cleaned": (lambda: write_mirror(folder, train=TRAIN.assign(
+            text=["" if label else text for text, label in zip(TRAIN.text, TRAIN.label, strict=True)])),
+            "tiny/train: after dropping 3 reviews with no token, no review of class 1 is left"),
+        "more classes declared than the data hold": (["data.num_classes=5"], "no review of class 2, 3, 4 is left"),
+        "a vocabulary of <unk> alone": (["data.min_count=1000"], "the vocabulary would be <unk> alone"),
         "max_len <= 0": (["data.max_len=0"], "data.max_len = 0 is out of range"),
+        "truncated mirror file": (lambda: _truncate(folder / "tiny" / "train.parquet", 200), "not a readable parquet"),
+        "empty mirror file": (lambda: _truncate(folder / "tiny" / "train.parquet", 0), "not a readable parquet"),
+        "mirror file not parquet": (lambda: (folder / "tiny" / "test.parquet").write_text("text,label\nok,1\n"),
+                                    "not a readable parquet"),
+        "text not UTF-8": (lambda: write_mirror(folder, test=TEST.assign(text=[b"great", b"caf\xe9"])),
+                           "tiny/test: the text of row 1 is not UTF-8"),
     }
 
 
+def _truncate(path, size):
+    path.write_bytes(path.read_bytes()[:size])
+
+
 @pytest.mark.parametrize("case", ["unknown dataset", "missing mirror file", "wrong columns", "empty split",
-                                  "labels outside the classes", "single class", "max_len <= 0"])
+                                  "labels outside the classes", "single class", "a class empty once cleaned",
+                                  "more classes declared than the data hold", "a vocabulary of <unk> alone",
+                                  "max_len <= 0", "truncated mirror file", "empty mirror file",
+                                  "mirror file not parquet", "text not UTF-8"])
 def test_bad_input_exits_2_with_one_line_and_overwrites_nothing(mirror_project, capsys, case):
     assert prepare.main(["dataset=tiny"]) == 0
     out = mirror_project / "data" / "processed" / "tiny"
@@ -183,7 +203,7 @@ def test_a_text_dataset_runs_through_every_stage(mirror_project):
 
 def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_project):
     three = TRAIN.assign(label=[2, 2, 1, 0, 0, 1, 0])
-    write_mirror(mirror_project / "mirror", name="three", train=three, test=TEST.assign(label=[2, 0]))
+    write_mirror(mirror_project / "mirror", name="three", train=three, test=THREE_TEST)
     params = OmegaConf.load(mirror_project / "params.yaml")
     params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
                              "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}}
@@ -214,7 +234,7 @@ def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mir
     from pipelines import evaluate, gradient_flow, one_step
 
     write_mirror(mirror_project / "mirror", name="three", train=TRAIN.assign(label=[2, 2, 1, 0, 0, 1, 0]),
-                 test=TEST.assign(label=[2, 0]))
+                 test=THREE_TEST)
     params = OmegaConf.load(mirror_project / "params.yaml")
     params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
                              "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}, "train": {}}

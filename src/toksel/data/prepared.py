@@ -25,6 +25,7 @@ from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
+from toksel.errors import ToksError
 
 GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3, neg12, irr57
 
@@ -66,6 +67,9 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
     tokenize = train_tokenizer(data.tokenizer, raw["train"].texts, data.subword_vocab_size)
     tokens = {split: tokenize(text_split.texts) for split, text_split in raw.items()}
     vocab = build_vocabulary(tokens["train"], data.min_count, data.max_vocab)
+    if vocab.size == 1:
+        raise ToksError(f"{dataset}: no token occurs data.min_count = {data.min_count} times in the training split, "
+                        "so the vocabulary would be <unk> alone: lower data.min_count")
     splits, dropped = {}, {}
     for split, text_split in raw.items():
         ids = vocab.encode(tokens[split], data.max_len)
@@ -73,6 +77,7 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
         dropped[split] = int((~keep).sum())
         splits[split] = PackedSplit.from_sequences([s for s, k in zip(ids, keep, strict=True) if k],
                                                    text_split.labels[keep], vocab.size)
+        check_classes(f"{dataset}/{split}", splits[split].labels, data.num_classes, dropped[split])
     special = np.array([word == UNKNOWN for word in vocab.words])
     table = token_table(splits["train"], splits["test"], data.num_classes, vocab.words, special)
     test_unknown = np.isin(splits["test"].seq_tokens, np.flatnonzero(special)).mean()
@@ -82,6 +87,16 @@ def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
         "dropped_empty_test": dropped["test"],
         "seconds": time.perf_counter() - start,
     })
+
+
+def check_classes(name: str, labels: np.ndarray, num_classes: int, dropped: int) -> None:
+    """The cleaned split holds a review of every declared class: the statistics and the K output vectors need
+    each (a class with no review would get plausible-looking slopes from nothing)."""
+    missing = sorted(set(range(num_classes)) - set(np.unique(labels).tolist()))
+    if missing:
+        raise ToksError(f"{name}: after dropping {dropped} reviews with no token, no review of class "
+                        f"{', '.join(map(str, missing))} is left of the data.num_classes = {num_classes} declared: "
+                        "check the data, data.labels or data.num_classes")
 
 
 def token_table(train: PackedSplit, test: PackedSplit, num_classes: int, words: list[str], special: np.ndarray,

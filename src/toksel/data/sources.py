@@ -4,7 +4,8 @@ Where $TOKSEL_DATA_MIRROR names a folder laid out as <name>/<split>.parquet, wit
 the Hub id (imdb for stanfordnlp/imdb), that file is read; otherwise `datasets.load_dataset(hub_id, split=...)`.
 data.labels, when set, keeps only the rows with those source labels and renumbers them 0 .. K-1 in the order
 given (Yelp's stars 1, 2, 4, 5 as four classes). Either way the split is checked before use: the columns exist,
-it is not empty, its labels are integers in 0 .. num_classes - 1, and it has two classes.
+it is not empty, and its labels are integers in 0 .. num_classes - 1 (prepare checks that every class is left
+after cleaning).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from toksel.config import DataConfig
 from toksel.errors import ToksError
@@ -45,7 +47,11 @@ def _read_mirror(mirror: Path, hub_id: str, split: str) -> pd.DataFrame:
     if not path.is_file():
         raise ToksError(f"mirror file {path} is missing: {MIRROR_ENV}={mirror} must hold <name>/<split>.parquet, "
                         f"<name> the last part of the Hub id {hub_id!r}")
-    return pd.read_parquet(path)
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as error:  # truncated, empty, not parquet, bad UTF-8
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ToksError(f"mirror file {path} is not a readable parquet file ({reason})") from None
 
 
 def _relabelled(frame: pd.DataFrame, name: str, data: DataConfig) -> pd.DataFrame:
@@ -88,12 +94,20 @@ def _checked(frame: pd.DataFrame, name: str, data: DataConfig) -> TextSplit:
     if len(outside):
         raise ToksError(f"{name}: labels {outside.tolist()} lie outside 0 .. {data.num_classes - 1}: "
                         "check data.num_classes")
-    if len(np.unique(labels)) < 2:
-        raise ToksError(f"{name} holds a single class ({labels[0]}): the statistics need both labels")
     texts = frame[data.text_column]
     if texts.isna().any():
         raise ToksError(f"{name}: {int(texts.isna().sum())} rows have no text in column {data.text_column!r}")
-    return TextSplit(texts.astype(str).tolist(), labels)
+    return TextSplit([_text(value, name, row) for row, value in enumerate(texts)], labels)
+
+
+def _text(value: object, name: str, row: int) -> str:
+    """A review's text; bytes (a binary column) must be UTF-8."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToksError(f"{name}: the text of row {row} is not UTF-8") from None
+    return str(value)
 
 
 def balanced_subsample(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
