@@ -2,6 +2,9 @@
 names that would leave the project or reach a shell, numbers that name folders, data that is wrong once cleaned,
 damaged files between stages."""
 
+import errno
+import json
+import os
 import re
 
 import pytest
@@ -68,3 +71,37 @@ def test_a_damaged_intermediate_file_names_the_stage_to_rerun(prepared, capsys):
     tokens.write_text("{not json")
     assert one_step.main(TINY) == 2
     assert "is damaged" in _one_line(capsys, "one_step")
+
+
+def test_a_stage_that_fails_midway_keeps_every_old_output(prepared, capsys, monkeypatch):
+    """A full disk after the trajectory is written and before the history: neither replaces the old one."""
+    assert gradient_flow.main(TINY) == 0
+    folder = prepared / "results" / "gradient_flow" / "synthetic" / "seed0"
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+
+    def full_disk(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("pipelines.gradient_flow.write_csv", full_disk)
+    assert gradient_flow.main([*TINY, "gradient_flow.steps=200"]) == 2  # another trajectory, had it been kept
+    assert "No space left on device" in _one_line(capsys, "gradient_flow")
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before  # no temporary file either
+
+
+def test_the_next_stage_finishes_a_half_done_replacement_and_removes_stale_temporary_files(prepared, capsys):
+    """A stage killed between two renames: its journal lists them, and the next stage to start finishes them."""
+    dead = 2**22 + 17  # above the default pid_max: no process has it
+    folder = prepared / "data" / "processed" / "synthetic"
+    new = {name: f".{name}.tmp-{dead}" for name in ("train.npz", "test.npz")}
+    for name, tmp in new.items():
+        (folder / tmp).write_bytes((folder / name).read_bytes())
+    journal = prepared / ".toksel" / f"commit-{dead}.json"
+    journal.parent.mkdir(exist_ok=True)
+    journal.write_text(json.dumps([[str(folder / tmp), str(folder / name)] for name, tmp in new.items()]))
+    stale = prepared / "results" / "one_step" / "synthetic" / f".metrics.json.tmp-{dead}"
+    stale.write_text("{")
+    assert prepare.main(TINY) == 0
+    err = capsys.readouterr().err
+    assert f"finished replacing the outputs of process {dead}" in err
+    assert f"removed {stale.relative_to(prepared)}" in err
+    assert not journal.exists() and not stale.exists() and not list(folder.glob(".*.tmp-*"))

@@ -7,6 +7,7 @@ run, and turns bad input into one line on stderr and exit code 2.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -15,9 +16,12 @@ from pathlib import Path
 from toksel.config import Config, describe, load_config
 from toksel.distributed import WorkerFinished, is_worker
 from toksel.errors import ToksError
-from toksel.io import write_json
+from toksel.io import outputs_together, recover_outputs, write_json
 from toksel.known_warnings import silence_known_warnings
 from toksel.tracking import StageRun, gathered_metrics, stage_run
+
+# A full disk, a quota, a read-only or forbidden folder: the machine's fault, told in one line, not a traceback.
+OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES}
 
 StageBody = Callable[[Config, StageRun], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
@@ -56,15 +60,27 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
                             "set base.seeds=[<seed>] instead of seed=")
+        if not is_worker():
+            for line in recover_outputs():
+                print(f"{stage}: {line}", file=sys.stderr)
+        # Every output of the stage (all its seeds) replaces the old ones together, and only then is logged.
         if every_seed is None:
-            with stage_run(stage, config, sections, seeded) as run:
+            with stage_run(stage, config, sections, seeded) as run, outputs_together():
                 body(config, run)
         else:
-            _every_seed(stage, sections, config, body, every_seed(config))
+            with outputs_together():
+                _every_seed(stage, sections, config, body, every_seed(config))
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in OUTPUT_ERRORS:
+            raise
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"{stage}: cannot write its outputs{where}: {os.strerror(error.errno)}; the old outputs are kept",
+              file=sys.stderr)
         return 2
     return 0
 

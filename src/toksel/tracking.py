@@ -35,7 +35,7 @@ import psutil
 from toksel.config import Config, params_hash
 from toksel.distributed import is_worker
 from toksel.errors import ToksError
-from toksel.io import write_json
+from toksel.io import after_outputs, write_json
 from toksel.paths import project_root
 from toksel.processes import Process
 from toksel.tracker import RemoteStore, Store, open_store
@@ -142,13 +142,14 @@ class StageRun:
                          for step, value in zip(steps, values, strict=True))
 
     def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
-        self.store.log_artifact(self.run_id, str(path), artifact_path)
+        """Log a file the stage wrote, once it is in place (outputs first, then MLflow)."""
+        after_outputs(lambda: self.store.log_artifact(self.run_id, str(path), artifact_path))
 
     def log_pipeline_artifact(self, path: Path | str) -> None:
         """An artifact of the pipeline's parent run (the report), as well as of this run."""
         self.log_artifact(path)
         if self.parent_id is not None:
-            self.store.log_artifact(self.parent_id, str(path))
+            after_outputs(lambda: self.store.log_artifact(self.parent_id, str(path)))
 
     def set_tag(self, key: str, value: str) -> None:
         self.store.set_tag(self.run_id, key, value)
