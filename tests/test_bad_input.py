@@ -6,11 +6,14 @@ import errno
 import json
 import os
 import re
+import socket
 
 import pytest
+from mlflow import MlflowClient
 
 from pipelines import check_params, gradient_flow, one_step, prepare
 from tests.helpers import TINY
+from toksel import guarded, tracking
 
 
 def _one_line(capsys: pytest.CaptureFixture, stage: str) -> str:
@@ -105,3 +108,54 @@ def test_the_next_stage_finishes_a_half_done_replacement_and_removes_stale_tempo
     assert f"finished replacing the outputs of process {dead}" in err
     assert f"removed {stale.relative_to(prepared)}" in err
     assert not journal.exists() and not stale.exists() and not list(folder.glob(".*.tmp-*"))
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:  # a port nothing listens on once the probe closes it
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_tracking_server_costs_a_warning_and_the_calls_are_sent_later(project, capsys, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("TOKSEL_TRACKING_TIMEOUT", "2")
+    for stage in (prepare, one_step):  # each in a process of its own, as DVC runs them
+        monkeypatch.setattr(tracking, "_stores", {})
+        assert stage.main(TINY) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "MLflow tracking at" in line]
+    assert len(warnings) == 2 and all("the stage goes on" in line for line in warnings)
+    metrics = json.loads((project / "results" / "one_step" / "synthetic" / "seed0" / "metrics.json").read_text())
+    assert "slope" in metrics
+    pending = list((project / ".toksel" / "pending").glob("*.jsonl"))
+    assert len(pending) == 2
+
+    store = f"sqlite:///{project / 'later.db'}"
+    assert guarded.main(["upload", store]) == 0 and not list((project / ".toksel" / "pending").glob("*.jsonl"))
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
+    stages = {run.data.tags.get("stage") for run in runs}
+    assert {"pipeline", "prepare", "one_step"} <= stages
+    step = next(run for run in runs if run.data.tags.get("stage") == "one_step")
+    assert step.data.metrics["slope"] == pytest.approx(metrics["slope"])
+    assert step.info.status == "FINISHED" and step.data.tags["mlflow.parentRunId"] in {run.info.run_id for run in runs}
+
+
+def test_a_damaged_store_costs_a_warning_not_the_results(project, capsys):
+    (project / "mlflow.db").write_bytes(b"this is no sqlite database" * 100)
+    assert prepare.main(TINY) == 0
+    assert "MLflow tracking at sqlite:///" in capsys.readouterr().err
+    assert (project / "results" / "prepare" / "synthetic" / "metrics.json").exists()
+
+
+def test_a_store_that_fails_midway_keeps_the_results_computed_before(project, capsys, monkeypatch):
+    """mlflow.db gone in the middle of a stage: the store fails after the run was opened."""
+    from toksel.tracker import Store
+
+    def vanished(*args, **kwargs):
+        raise OSError("unable to open database file")
+
+    monkeypatch.setattr(tracking, "_stores", {})
+    monkeypatch.setattr(Store, "log_batch", vanished)
+    assert prepare.main(TINY) == 0
+    assert "failed (OSError: unable to open database file)" in capsys.readouterr().err
+    assert (project / "data" / "processed" / "synthetic" / "tokens.csv").exists()

@@ -153,12 +153,15 @@ def open_store(uri: str) -> Store | RemoteStore:
     if connection is None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with (path.with_suffix(".log")).open("ab") as log:  # the companion's own output, for when it fails
-            subprocess.Popen([sys.executable, "-m", "toksel.tracker", "serve", uri], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            companion = subprocess.Popen([sys.executable, "-m", "toksel.tracker", "serve", uri],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
-        while connection is None and time.monotonic() < deadline:
+        # Wait for its socket, unless it has died (a damaged store): then another one may be serving already.
+        while connection is None and time.monotonic() < deadline and companion.poll() is None:
             time.sleep(0.05)
             connection = _connect(path)
+        connection = connection or _connect(path)
     if connection is None:
         print(f"tracker: no MLflow companion answered at {path} (its log: {path.with_suffix('.log')}): this stage "
               "opens the store itself", file=sys.stderr)

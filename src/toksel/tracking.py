@@ -35,10 +35,11 @@ import psutil
 from toksel.config import Config, params_hash
 from toksel.distributed import is_worker
 from toksel.errors import ToksError
+from toksel.guarded import GuardedStore, limit_server_waits
 from toksel.io import after_outputs, write_json
 from toksel.paths import project_root
 from toksel.processes import Process
-from toksel.tracker import RemoteStore, Store, open_store
+from toksel.tracker import open_store
 
 EXPERIMENT = "toksel"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
@@ -115,7 +116,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class StageRun:
     """The MLflow run of one stage execution: metrics, histories and artifacts go here."""
 
-    def __init__(self, store: Store | RemoteStore | _Silent, run_id: str | None, parent_id: str | None = None,
+    def __init__(self, store: GuardedStore | _Silent, run_id: str | None, parent_id: str | None = None,
                  recorded: list[tuple[Path, dict[str, Any]]] | None = None) -> None:
         self.store, self.run_id, self.parent_id = store, run_id, parent_id
         # (path, metrics) of every record_metrics of this run and the runs nested under it
@@ -202,14 +203,14 @@ def gathered_metrics(recorded: Iterable[tuple[Path, Mapping[str, Any]]], folder:
     return gathered
 
 
-def _experiment_id(store: Store | RemoteStore) -> str:
+def _experiment_id(store: GuardedStore) -> str:
     # With the embedded store, pin artifacts to the project root: a relative default would follow the working
     # directory, which `dvc exp run --temp` deletes afterwards. A server chooses its own artifact store.
     embedded = tracking_uri().startswith("sqlite:")
     return store.experiment_id(experiment_name(), (project_root() / "mlartifacts").as_uri() if embedded else None)
 
 
-def _parent_run(store: Store | RemoteStore, experiment_id: str, key: str) -> str:
+def _parent_run(store: GuardedStore, experiment_id: str, key: str) -> str:
     found = store.search_runs(experiment_id, f"tags.`{PIPELINE_KEY_TAG}` = '{key}'", 1)
     if found:
         store.set_status(found[0]["run_id"], "RUNNING")
@@ -220,13 +221,13 @@ def _parent_run(store: Store | RemoteStore, experiment_id: str, key: str) -> str
     return run_id
 
 
-def _log_params_file(store: Store | RemoteStore, run_id: str) -> None:
+def _log_params_file(store: GuardedStore, run_id: str) -> None:
     params_file = project_root() / "params.yaml"
     if params_file.exists():
         store.log_artifact(run_id, str(params_file))
 
 
-def close_orphaned_runs(store: Store | RemoteStore, experiment_id: str) -> list[str]:
+def close_orphaned_runs(store: GuardedStore, experiment_id: str) -> list[str]:
     """Mark KILLED the RUNNING stage runs of this host whose process is gone, and then their parent when no stage
     of it still runs; returns the stage runs so closed."""
     host = socket.gethostname()
@@ -259,7 +260,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
     if is_worker():
         yield StageRun(_Silent(), run_id=None, recorded=recorded)
         return
-    store = _store()
+    store = _store(stage)
     experiment_id = _experiment_id(store)
     for orphan in close_orphaned_runs(store, experiment_id):
         print(f"{stage}: MLflow run {orphan} was left running by a process that is gone: marked KILLED",
@@ -287,12 +288,14 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
         store.set_terminated(parent_id, "FINISHED" if status == "FINISHED" else "FAILED")
 
 
-_stores: dict[str, Store | RemoteStore] = {}
+_stores: dict[str, GuardedStore] = {}
 
 
-def _store() -> Store | RemoteStore:
-    """The store of tracking_uri(), opened once per process (the seeds of a stage share it)."""
+def _store(stage: str) -> GuardedStore:
+    """The store of tracking_uri(), opened once per process (the seeds of a stage share it), guarded: a store
+    that fails costs the stage a warning, not its results (guarded.py)."""
     uri = tracking_uri()
     if uri not in _stores:
-        _stores[uri] = open_store(uri)
+        limit_server_waits()
+        _stores[uri] = GuardedStore(uri, lambda: open_store(uri), stage)
     return _stores[uri]

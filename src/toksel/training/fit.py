@@ -22,14 +22,15 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-from pytorch_lightning.loggers import MLFlowLogger
+from pytorch_lightning.loggers import Logger
+from pytorch_lightning.utilities import rank_zero_only
 
 from toksel.config import TrainConfig
 from toksel.distributed import is_worker
 from toksel.errors import ToksError
 from toksel.known_warnings import silence_known_warnings
 from toksel.memory import keep_freed_memory
-from toksel.tracking import StageRun, experiment_name, tracking_uri
+from toksel.tracking import StageRun
 from toksel.training.classifier import ClassifierModule
 from toksel.training.data import PackedDataModule
 
@@ -44,12 +45,29 @@ def checkpoint_dir(stage: str, variant: str) -> Path:
     return Path("checkpoints") / stage / variant
 
 
-class StageLogger(MLFlowLogger):
-    """Lightning's MLflow logger, writing into the stage's run; the stage, not Lightning, ends that run (FAILED
-    on an error), so finalize leaves its status alone."""
+class StageLogger(Logger):
+    """Lightning's per-step metrics into the stage's MLflow run, through the stage's guarded store: a store that
+    fails costs the fit nothing (guarded.py). The stage, not Lightning, ends the run."""
 
-    def finalize(self, status: str = "success") -> None:
-        pass
+    def __init__(self, run: StageRun) -> None:
+        super().__init__()
+        self.run = run
+
+    @property
+    def name(self) -> str:
+        return "toksel"
+
+    @property
+    def version(self) -> str:
+        return self.run.run_id or "untracked"
+
+    @rank_zero_only
+    def log_hyperparams(self, params: object, *args: object, **kwargs: object) -> None:
+        pass  # the stage logs its parameters itself
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.run.log_metrics(metrics, step or 0)
 
 
 @dataclass(frozen=True)
@@ -132,7 +150,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         max_epochs=settings.max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
-        logger=StageLogger(experiment_name=experiment_name(), tracking_uri=tracking_uri(), run_id=run.run_id),
+        logger=StageLogger(run),
         callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
                    LogNorms(), *callbacks],
         enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
