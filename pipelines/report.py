@@ -21,6 +21,7 @@ from toksel.report import (
     forest_rows,
     headline,
     html_page,
+    interrupted_fits,
     markdown,
     read_measurements,
     rows,
@@ -39,8 +40,9 @@ def report(config: Config, run: StageRun) -> None:
     sections, found = rows(config, measurements), sensitivity(config, measurements)
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
     shown = figures(config)
-    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT))
-    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown))
+    interrupted = interrupted_fits([results_dir("train", ""), results_dir("ablation", "")])
+    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted))
+    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)
     run.log_artifact(OUT / "verdicts.png", "figures")

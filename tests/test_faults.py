@@ -4,6 +4,7 @@ once; a training whose loss stops being finite stops with a clear error; the sam
 
 import json
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from mlflow import MlflowClient
 
 from pipelines import gradient_flow, one_step, prepare, train
 from tests.helpers import ROOT, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, seed_folder, start_stage
+from toksel.report import interrupted_fits, interruption_note
 
 LONG_FLOW = [*TINY, "gradient_flow.steps=30000", "gradient_flow.log_every=1000"]  # seconds of GD
 
@@ -72,6 +74,23 @@ def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(
     assert parent.info.status == "FINISHED"
 
 
+def test_a_stage_stopped_by_sigterm_marks_its_runs_killed_and_keeps_its_old_outputs(prepared):
+    assert run_stage_process("gradient_flow", TINY, prepared).returncode == 0
+    outputs = seed_folder(prepared, "gradient_flow", "synthetic")
+    before = {path.name: path.read_bytes() for path in outputs.iterdir()}
+    process = start_stage("gradient_flow", LONG_FLOW, prepared)
+    _wait_until(lambda: [run for run in _runs(prepared, "gradient_flow") if run.info.status == "RUNNING"], process)
+    time.sleep(0.3)  # into the descent
+    process.terminate()
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    error = process.stderr.read().strip().splitlines()
+    assert error == ["gradient_flow: stopped by SIGTERM: its MLflow runs are marked KILLED and its old outputs kept"]
+    stopped = _runs(prepared, "gradient_flow")[-1]
+    assert stopped.info.status == "KILLED"
+    assert _client(prepared).get_run(stopped.data.tags["mlflow.parentRunId"]).info.status == "KILLED"
+    assert {path.name: path.read_bytes() for path in outputs.iterdir()} == before
+
+
 def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
     args = [*TINY, *TINY_TRAIN, "train.max_epochs=10", "train.patience=10"]
     screen = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0" / "lr0.02"
@@ -85,8 +104,12 @@ def test_a_training_killed_outright_resumes_from_its_last_checkpoint(prepared):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     metrics = json.loads((seed_folder(prepared, "train", "synthetic/trained") / "metrics.json").read_text())
     assert metrics["resumed_from_epoch"] >= 1 and metrics["epochs"] == 10
+    assert metrics["resumed_after_interruption"] == 1 and metrics["control_resumed_after_interruption"] == 0
     assert not any(screen.glob("*/last.ckpt"))  # finished: nothing left to resume
     assert [run.info.status for run in _runs(prepared, "train")] == ["KILLED", "FINISHED"]
+    # The report names the fit, so a reader knows its last digits may differ from an uninterrupted run's.
+    note = interruption_note(interrupted_fits([prepared / "results" / "train"]))
+    assert note.startswith("Resumed after an interruption") and "train/synthetic/trained/seed0 (kept fit)" in note
 
 
 def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, tmp_path):

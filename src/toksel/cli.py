@@ -9,13 +9,16 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from toksel.config import Config, describe, load_config
 from toksel.distributed import WorkerFinished, is_worker
-from toksel.errors import ToksError
+from toksel.errors import Terminated, ToksError
 from toksel.io import outputs_together, recover_outputs, write_json
 from toksel.known_warnings import silence_known_warnings
 from toksel.tracking import StageRun, gathered_metrics, stage_run
@@ -55,6 +58,27 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
             print(f"  ({error})")
         return 0
     silence_known_warnings()
+    with _sigterm_raises():
+        return _run(stage, sections, body, argv, seeded, every_seed)
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM (a `kill`, DVC or CI stopping a stage) raises Terminated, so the stage closes its runs as KILLED."""
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    try:
+        yield
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str], seeded: bool,
+         every_seed: SeedsFolder | None) -> int:
     try:
         config = load_config(argv)
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
@@ -75,6 +99,10 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"{stage}: stopped by SIGTERM: its MLflow runs are marked KILLED and its old outputs kept",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
     except OSError as error:
         if error.errno not in OUTPUT_ERRORS:
             raise

@@ -3,3 +3,8 @@
 
 class ToksError(Exception):
     """Bad input: a config value, a missing file, an empty split. The message names the problem and the fix."""
+
+
+class Terminated(BaseException):
+    """SIGTERM reached a stage (a BaseException, so no `except Exception` swallows it): its runs are marked KILLED,
+    its old outputs kept, and it exits 143."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_scope
 from toksel.config import Config, load_config
-from toksel.io import write_text
+from toksel.io import read_json, write_text
 from toksel.markdown import number, table
 from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY
 from toksel.paths import results_dir
@@ -155,10 +155,40 @@ METHOD_NOTE = ("Each claim is measured on every seed of base.seeds; `ours` is th
                "measurement where the claim must not hold; the control's verdict should be `fails`.")
 
 
+INTERRUPTION = "resumed_after_interruption"
+
+
+def interrupted_fits(folders: Iterable[Path]) -> list[str]:
+    """The fits, in the gathered metrics (<stage>/<run>.json) under `folders`, that went on from a checkpoint a
+    stopped process had left: their results may differ from an uninterrupted run's in the last digits."""
+    found = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.endswith(INTERRUPTION) and value:
+                    found.append(f"{where} ({key.removesuffix(INTERRUPTION).rstrip('_') or 'kept fit'})")
+                walk(value, f"{where}/{key}" if isinstance(value, dict) else where)
+
+    for folder in folders:
+        for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
+            if path.parent.name.startswith("seed") or path.name in ("metrics.json", "claims.json"):
+                continue  # the gathered files hold the seeds' metrics
+            walk(read_json(path), str(path.with_suffix("").relative_to(folder.parent)))
+    return found
+
+
+def interruption_note(fits: list[str]) -> str:
+    return ("" if not fits else "Resumed after an interruption (a resumed fit may differ from an uninterrupted one "
+            f"in the last digits): {', '.join(fits)}.")
+
+
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-             out: Path) -> str:
+             out: Path, interrupted: list[str] = ()) -> str:
     """The report as Markdown; figures linked relative to `out` (the report's folder)."""
     lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
+    if interrupted:
+        lines += [interruption_note(list(interrupted)), ""]
     for heading, section in sections.items():
         lines += [f"## {heading}", "", *markdown_table(section), ""]
     if found:
@@ -188,12 +218,15 @@ def _verdict_class(verdict: str) -> str:
     return verdict if verdict in ("holds", "fails", "inconclusive") else "missing"
 
 
-def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]]) -> str:
+def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
+              interrupted: list[str] = ()) -> str:
     """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
     escape = html.escape
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>",
              f"<p>{escape(headline(tally(sections)))}</p><p>{escape(METHOD_NOTE)}</p>"]
+    if interrupted:
+        parts.append(f"<p>{escape(interruption_note(list(interrupted)))}</p>")
     for heading, section in sections.items():
         parts.append(f"<h2>{escape(heading)}</h2><table><tr>" + "".join(f"<th>{escape(name)}</th>" for name in HEADER)
                      + "</tr>")

@@ -34,7 +34,7 @@ import psutil
 
 from toksel.config import Config, params_hash
 from toksel.distributed import is_worker
-from toksel.errors import ToksError
+from toksel.errors import Terminated, ToksError
 from toksel.guarded import GuardedStore, limit_server_waits
 from toksel.io import after_outputs, write_json
 from toksel.paths import project_root
@@ -174,6 +174,9 @@ class StageRun:
         try:
             yield StageRun(self.store, run_id, self.parent_id, self.recorded)
             status = "FINISHED"
+        except Terminated:
+            status = "KILLED"
+            raise
         finally:
             self.store.set_terminated(run_id, status)
 
@@ -283,9 +286,12 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
     try:
         yield StageRun(store, run_id, parent_id, recorded)
         status = "FINISHED"
+    except Terminated:
+        status = "KILLED"
+        raise
     finally:
         store.set_terminated(run_id, status)
-        store.set_terminated(parent_id, "FINISHED" if status == "FINISHED" else "FAILED")
+        store.set_terminated(parent_id, status)
 
 
 _stores: dict[str, GuardedStore] = {}

@@ -40,6 +40,11 @@ def parameter_dtype(precision: str) -> torch.dtype:
     return torch.float64 if precision == "64-true" else torch.float32
 
 
+# A checkpoint older than this process was left by a stopped one: resuming from it may change the last digits of
+# the result (the data loader's generator starts anew), so the metrics say so.
+PROCESS_START = time.time()  # fit.py is imported before this process writes any checkpoint
+
+
 def checkpoint_dir(stage: str, variant: str) -> Path:
     """Lightning's checkpoints of an unfinished run; not a DVC output, so DVC leaves them for a resume."""
     return Path("checkpoints") / stage / variant
@@ -74,6 +79,7 @@ class StageLogger(Logger):
 class FitResult:
     epochs: int  # epochs trained in all, resumed ones included
     resumed_from_epoch: int | None  # where an interrupted run was picked up; None for a fresh start
+    after_interruption: bool  # picked up from a checkpoint an earlier, stopped process left (not this one's screen)
     seconds: float  # this process's fit and test
     test: dict[str, float]  # test_loss, test_accuracy and the test attention metrics
     fitted: dict[str, float]  # best_train_loss, ..._accuracy, best_val_...: the best model on the whole splits
@@ -145,6 +151,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.INFO if progress else logging.WARNING)
     pl.seed_everything(seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
+    interrupted = resume is not None and resume.checkpoint.stat().st_mtime < PROCESS_START  # before fit rewrites it
     best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss", save_last=True)
     trainer = pl.Trainer(
         max_epochs=settings.max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
@@ -161,6 +168,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         trainer.fit(module, datamodule=data, ckpt_path=None if resume is None else resume.checkpoint)
         tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
     return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=None if resume is None else resume.epoch,
+                     after_interruption=interrupted,
                      seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
                      norms=module.norms(),
                      fitted={f"best_{name}_{kind}": value for name in ("train", "val")

@@ -79,6 +79,7 @@ class Protocol:
         self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
         self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
         self.tokens, self.curves, self.among = tokens, curves, among
+        self.interrupted: set[Path] = set()  # folders whose fits went on from a stopped process's checkpoint
 
     def fit(self, lr: float, phase: str, shuffled: bool = False, epochs: int | None = None) -> Fitted:
         """One fit at `lr` (within `epochs`, else the budget), logged as its own run; the module and metrics."""
@@ -92,6 +93,10 @@ class Protocol:
             result = fit(module, self.data(shuffled), settings, folder, self.fingerprint, trial, self.seed,
                          self.progress)
             metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
+            if result.after_interruption:
+                self.interrupted.add(folder)
+            # A kept or matched fit goes on from its screen: an interruption there is one in its history too.
+            metrics["resumed_after_interruption"] = float(folder in self.interrupted)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
         return Fitted(module, metrics, curves)
 

@@ -28,7 +28,8 @@ def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, s
     metrics, curves = token_curves(tokens, score_p, score_v, settings, among)
     resumed = None if result.resumed_from_epoch is None else float(result.resumed_from_epoch)
     return {**result.test, **result.fitted, **result.norms, **metrics, "epochs": float(result.epochs),
-            "seconds": result.seconds, "resumed_from_epoch": resumed}, curves
+            "seconds": result.seconds, "resumed_from_epoch": resumed,
+            "resumed_after_interruption": float(result.after_interruption)}, curves
 
 
 def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
