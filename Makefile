@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# REPRO_FLAGS: e.g. --pull --allow-missing, to take what a DVC remote already holds instead of recomputing it.
 repro: $(STAMP)
-	$(BIN)/dvc repro
+	$(BIN)/dvc repro $(REPRO_FLAGS)
 
 # Two workers, one test file each at a time: the DVC end-to-end test runs beside the others.
 # Chromium and PostgreSQL are installed when they can be (root or sudo); without them the report's render test
