@@ -44,7 +44,7 @@ def find_chromium() -> str:
                     "TOKSEL_CHROMIUM to the browser's path")
 
 
-def _headless(browser: str, *args: str) -> subprocess.CompletedProcess:
+def headless(browser: str, *args: str) -> subprocess.CompletedProcess:
     # --no-sandbox: CI containers run as root, where Chromium's sandbox refuses to start.
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                "--virtual-time-budget=15000", *args]
@@ -75,7 +75,7 @@ def render(page: Path, screenshot: Path | None = None) -> Rendering:
         # In a folder of its own: a self-contained page needs nothing beside it, so a relative link breaks.
         probed = Path(folder) / page.name
         probed.write_text(source.replace("</body>", PROBE + "</body>"), encoding="utf-8")
-        done = _headless(browser, "--dump-dom", probed.resolve().as_uri())
+        done = headless(browser, "--dump-dom", probed.resolve().as_uri())
     match = re.search(r'data-images="(\d+)" data-broken="(\d+)"', done.stdout)
     if done.returncode != 0 or match is None:
         lines = (done.stderr or "no output").strip().splitlines()
@@ -83,7 +83,7 @@ def render(page: Path, screenshot: Path | None = None) -> Rendering:
                            f"{lines[-1] if lines else ''}")
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
-        _headless(browser, f"--screenshot={screenshot.resolve()}", "--window-size=1280,4000", page.resolve().as_uri())
+        headless(browser, f"--screenshot={screenshot.resolve()}", "--window-size=1280,4000", page.resolve().as_uri())
     return Rendering(images_in_source, int(match.group(1)), int(match.group(2)))
 
 
