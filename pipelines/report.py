@@ -16,6 +16,7 @@ from toksel.config import Config
 from toksel.io import write_text
 from toksel.paths import results_dir
 from toksel.plots import save_figure, verdicts_figure
+from toksel.readings import all_shown, readings_html, readings_markdown
 from toksel.report import (
     figures,
     forest_rows,
@@ -41,8 +42,9 @@ def report(config: Config, run: StageRun) -> None:
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
     shown = figures(config)
     interrupted = interrupted_fits([results_dir("train", ""), results_dir("ablation", "")])
-    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted))
-    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted))
+    reviews = all_shown(config)  # what the kept models select in real test reviews
+    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted, readings_markdown(reviews)))
+    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted, readings_html(reviews)))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)
     run.log_artifact(OUT / "verdicts.png", "figures")

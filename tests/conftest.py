@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -45,3 +46,27 @@ def prepared(project: Path) -> Path:
     for stage in (prepare, one_step):
         assert stage.main(TINY) == 0
     return project
+
+
+@pytest.fixture
+def dvc_project(tmp_path: Path) -> Path:
+    """A copy of the project (code, dvc.yaml, a tiny params.yaml with the synthetic dataset alone) in a fresh git
+    repository with DVC initialised, for `dvc repro` through the real DAG."""
+    from omegaconf import OmegaConf
+
+    from tests.helpers import dvc
+
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for folder in ("src", "pipelines"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    tiny_training = ["train.max_epochs=2", "train.batch_size=16", "train.datasets=[synthetic]", "train.lr_grid=[0.001]",
+                     "train.heldout_min_count=1", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
+                     "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
+                     "phase.eta0=[40]", "phase.d=[256]"]  # one phase cell: the gradient_flow stage's own (d, eta0)
+    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
+    params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
+    OmegaConf.save(params, tmp_path / "params.yaml")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    dvc(tmp_path, "init", "-q")
+    return tmp_path

@@ -1,7 +1,9 @@
 """What several test modules share: the project root and a tiny but real configuration."""
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,3 +64,35 @@ def run_stage_process(stage: str, args: list[str], cwd: Path, **env: str) -> sub
     process = start_stage(stage, args, cwd, **env)
     stdout, stderr = process.communicate(timeout=300)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
+    """`dvc args` in `project`, with this environment's dvc and python, the project's own MLflow store, and the
+    pipeline key left to the dvc process (as a user's run has it)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)  # the default: sqlite:///<project>/mlflow.db
+    env.pop("TOKSEL_PIPELINE_ID", None)  # stages must find their parent run through the dvc process
+    return subprocess.run(["dvc", *args], cwd=project, env=env, capture_output=True, text=True)
+
+
+def dvc(project: Path, *args: str) -> str:
+    done = run_dvc(project, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def short_stage(name: str) -> str:
+    """A stage name without the dataset, the seed or the grid cell: prepare, ..., train, phase, ..."""
+    name = re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name))  # the dataset; a phase row's d
+    return re.sub(r"-\d+$", "", name).rstrip("-")  # the seed
+
+
+def stages_run(output: str) -> list[str]:
+    """The stages a `dvc repro` ran, in order."""
+    return [short_stage(name) for name in re.findall(r"Running stage '([\w@.-]+)'", output)]
+
+
+def stages_stale(project: Path) -> list[str]:
+    """The stages `dvc repro` would start with: those whose own dependencies changed."""
+    return sorted(short_stage(name) for name in json.loads(dvc(project, "status", "--json")))

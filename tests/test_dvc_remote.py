@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_dvc_pipeline import _dvc, _stages_run, dvc_project  # noqa: F401 (a fixture)
+from tests.helpers import dvc, stages_run
 
 pytestmark = pytest.mark.slow
 TARGETS = ["prepare@synthetic", "one_step@synthetic"]
 
 
 def test_a_fresh_checkout_restores_stages_from_a_local_remote_instead_of_running_them(dvc_project, tmp_path_factory):
-    assert _stages_run(_dvc(dvc_project, "repro", *TARGETS)) == ["check_params", "prepare", "one_step"]
+    assert stages_run(dvc(dvc_project, "repro", *TARGETS)) == ["check_params", "prepare", "one_step"]
     remote = tmp_path_factory.mktemp("remote")
-    _dvc(dvc_project, "remote", "add", "-d", "shared", str(remote))
-    pushed = _dvc(dvc_project, "push", "--run-cache", *TARGETS)
+    dvc(dvc_project, "remote", "add", "-d", "shared", str(remote))
+    pushed = dvc(dvc_project, "push", "--run-cache", *TARGETS)
     assert "pushed" in pushed
 
     # Another machine: the repository's files (code, params.yaml, dvc.yaml, dvc.lock, the remote's config), no
@@ -33,7 +33,7 @@ def test_a_fresh_checkout_restores_stages_from_a_local_remote_instead_of_running
     embeddings = Path("results") / "one_step" / "synthetic" / "seed0" / "embeddings.npz"
     assert not (clone / embeddings).exists()
 
-    restored = _dvc(clone, "repro", "--pull", *TARGETS)
-    assert _stages_run(restored) == []  # nothing ran: every output came from the remote
+    restored = dvc(clone, "repro", "--pull", *TARGETS)
+    assert stages_run(restored) == []  # nothing ran: every output came from the remote
     assert (clone / embeddings).read_bytes() == (dvc_project / embeddings).read_bytes()
-    assert _dvc(clone, "status", *TARGETS).strip().endswith("up to date.")
+    assert dvc(clone, "status", *TARGETS).strip().endswith("up to date.")

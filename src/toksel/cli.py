@@ -89,11 +89,12 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 print(f"{stage}: {line}", file=sys.stderr)
         # Every output of the stage (all its seeds) replaces the old ones together, and only then is logged.
         if every_seed is None:
-            with stage_run(stage, config, sections, seeded) as run, outputs_together():
+            with stage_run(stage, config, sections, seeded, dataset_input=told_dataset(argv)) as run, \
+                    outputs_together():
                 body(config, run)
         else:
             with outputs_together():
-                _every_seed(stage, sections, config, body, every_seed(config))
+                _every_seed(stage, sections, config, body, every_seed(config), told_dataset(argv))
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:
@@ -113,11 +114,17 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
     return 0
 
 
-def _every_seed(stage: str, sections: tuple[str, ...], config: Config, body: StageBody, folder: Path) -> None:
+def told_dataset(argv: Sequence[str]) -> bool:
+    """Whether the stage was given its dataset (dvc.yaml's per-dataset stages are): then it is the run's input."""
+    return any(arg.split("=", 1)[0] == "dataset" for arg in argv)
+
+
+def _every_seed(stage: str, sections: tuple[str, ...], config: Config, body: StageBody, folder: Path,
+                dataset_input: bool) -> None:
     recorded: list[tuple[Path, dict]] = []
     for seed in config.base.seeds:
         seeded = dataclasses.replace(config, seed=seed)
-        with stage_run(stage, seeded, sections, seeded=True, recorded=recorded) as run:
+        with stage_run(stage, seeded, sections, seeded=True, recorded=recorded, dataset_input=dataset_input) as run:
             body(seeded, run)
     if not is_worker():
         write_json(folder.with_suffix(".json"), gathered_metrics(recorded, folder))

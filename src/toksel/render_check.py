@@ -29,6 +29,7 @@ window.addEventListener("load", () => {
   const broken = images.filter((image) => !(image.complete && image.naturalWidth > 0));
   document.body.setAttribute("data-images", String(images.length));
   document.body.setAttribute("data-broken", String(broken.length));
+  document.body.setAttribute("data-tokens", String(document.querySelectorAll(".reading .token").length));
 });
 </script>"""
 
@@ -56,6 +57,7 @@ class Rendering:
     images_in_source: int  # <img> tags in the HTML
     images_loaded: int  # what Chromium found in the DOM after loading
     broken: int  # of those, the ones without image data
+    tokens: int = 0  # tokens of the reviews the readings section shades, as rendered
 
     @property
     def ok(self) -> bool:
@@ -84,7 +86,8 @@ def render(page: Path, screenshot: Path | None = None) -> Rendering:
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         headless(browser, f"--screenshot={screenshot.resolve()}", "--window-size=1280,4000", page.resolve().as_uri())
-    return Rendering(images_in_source, int(match.group(1)), int(match.group(2)))
+    tokens = re.search(r'data-tokens="(\d+)"', done.stdout)
+    return Rendering(images_in_source, int(match.group(1)), int(match.group(2)), int(tokens.group(1)) if tokens else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"render_check: {error}", file=sys.stderr)
         return 1
     print(f"render_check: {args.page}: {rendering.images_loaded} of {rendering.images_in_source} images in the page, "
-          f"{rendering.broken} broken: {'ok' if rendering.ok else 'FAILED'}")
+          f"{rendering.broken} broken, {rendering.tokens} review tokens shaded: {'ok' if rendering.ok else 'FAILED'}")
     return 0 if rendering.ok else 1
 
 

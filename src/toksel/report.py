@@ -184,7 +184,7 @@ def interruption_note(fits: list[str]) -> str:
 
 
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-             out: Path, interrupted: list[str] = ()) -> str:
+             out: Path, interrupted: list[str] = (), readings: list[str] = ()) -> str:
     """The report as Markdown; figures linked relative to `out` (the report's folder)."""
     lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
     if interrupted:
@@ -193,6 +193,7 @@ def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: I
         lines += [f"## {heading}", "", *markdown_table(section), ""]
     if found:
         lines += ["## How the protocol moves the verdicts", "", PROTOCOL_NOTE, "", *sensitivity_lines(found), ""]
+    lines += [*readings]
     lines += ["## What each claim measures", "", *table(["claim", "source", "statistic", "control"],
                                                         [[f"`{claim.id}`", claim.source, claim.measures, claim.control]
                                                          for claim in CLAIMS])]
@@ -211,7 +212,8 @@ table{border-collapse:collapse;width:100%;font-size:13px;margin-bottom:1.5em}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
 td.holds{background:#e6f4ea}td.fails{background:#fce8e6;font-weight:bold}td.inconclusive{background:#fef7e0}
 td.missing{background:#f1f1f1}
-img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}"""
+img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}
+td.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}"""
 
 
 def _verdict_class(verdict: str) -> str:
@@ -219,7 +221,7 @@ def _verdict_class(verdict: str) -> str:
 
 
 def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-              interrupted: list[str] = ()) -> str:
+              interrupted: list[str] = (), readings: str = "") -> str:
     """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
     escape = html.escape
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
@@ -246,6 +248,7 @@ def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: 
                          f"<td>{escape(interval_text(item.interval))}</td><td>{claim.comparison} {item.threshold:g}"
                          f"</td><td class='{_verdict_class(item.verdict)}'>{escape(item.verdict)}</td></tr>")
         parts.append("</table>")
+    parts.append(readings)
     parts.append("<h2>What each claim measures</h2><table><tr><th>claim</th><th>source</th><th>statistic</th>"
                  "<th>control</th></tr>")
     parts += [f"<tr><td>{escape(claim.id)}</td><td>{escape(claim.source)}</td><td>{escape(claim.measures)}</td>"

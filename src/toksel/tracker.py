@@ -37,7 +37,9 @@ class Store:
     """The calls a stage makes on an MLflow store, opened in this process."""
 
     CALLS = ("experiment_id", "search_runs", "run_info", "create_run", "log_batch", "log_artifact", "set_tag",
-             "set_status", "set_terminated")
+             "set_status", "set_terminated", "log_input")
+    # MLflow 3 opens an experiment of this kind on its runs (model training), not on its GenAI overview.
+    KIND = ("mlflow.experimentKind", "custom_model_development")
 
     def __init__(self, uri: str) -> None:
         from mlflow import MlflowClient
@@ -49,12 +51,15 @@ class Store:
         from mlflow.exceptions import MlflowException
 
         experiment = self.client.get_experiment_by_name(name)
-        if experiment is not None:
-            return experiment.experiment_id
-        try:
-            return self.client.create_experiment(name, artifact_location=artifact_location)
-        except MlflowException:  # created meanwhile by a concurrent stage
-            return self.client.get_experiment_by_name(name).experiment_id
+        if experiment is None:
+            try:
+                return self.client.create_experiment(name, artifact_location=artifact_location,
+                                                     tags=dict([self.KIND]))
+            except MlflowException:  # created meanwhile by a concurrent stage
+                experiment = self.client.get_experiment_by_name(name)
+        if experiment.tags.get(self.KIND[0]) != self.KIND[1]:  # made before the stages tagged it
+            self.client.set_experiment_tag(experiment.experiment_id, *self.KIND)
+        return experiment.experiment_id
 
     def search_runs(self, experiment_id: str, filter_string: str, max_results: int) -> list[dict[str, Any]]:
         """run_id, status and tags of each run found."""
@@ -89,6 +94,14 @@ class Store:
 
     def set_terminated(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status)
+
+    def log_input(self, run_id: str, name: str, digest: str, source: str, context: str) -> None:
+        """A dataset the run reads: the UI's Dataset column and the run's inputs."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name=name, digest=digest, source_type="toksel", source=source)
+        self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context",
+                                                                                      context)])])
 
 
 class TrackerError(RuntimeError):

@@ -47,6 +47,7 @@ PARENT_TAG = "mlflow.parentRunId"
 HOST_TAG, PROCESS_TAG = "toksel.host", "toksel.process"  # where a running stage lives: "<pid>-<start time>"
 PIPELINE_ID = re.compile(r"[A-Za-z0-9._:-]+")
 TRIAL_TAG = "toksel.trial"  # on a run nested under a stage's: which trial of it ("lr 0.001", "control: ...")
+DVC_EXPERIMENT_TAG = "dvc.experiment"  # the name `dvc exp show` lists
 
 
 def peak_memory_mb() -> float:
@@ -219,7 +220,8 @@ def _parent_run(store: GuardedStore, experiment_id: str, key: str) -> str:
         store.set_status(found[0]["run_id"], "RUNNING")
         return found[0]["run_id"]
     run_id = store.create_run(experiment_id, f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                              {PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha()})
+                              {PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha(),
+                               **source_tags("pipeline")})
     _log_params_file(store, run_id)
     return run_id
 
@@ -253,13 +255,33 @@ class _Silent:
         return lambda *args, **kwargs: None
 
 
+def source_tags(stage: str) -> dict[str, str]:
+    """MLflow's own tags for where a run comes from (the git commit, the stage's module), and the DVC
+    experiment's name when `dvc exp run` started it (DVC sets DVC_EXP_NAME)."""
+    tags = {"mlflow.source.git.commit": git_sha(), "mlflow.source.name": f"pipelines/{stage}.py",
+            "mlflow.source.type": "LOCAL"}
+    if os.environ.get("DVC_EXP_NAME"):
+        tags[DVC_EXPERIMENT_TAG] = os.environ["DVC_EXP_NAME"]
+    return tags
+
+
+def log_dataset(store: GuardedStore, run_id: str, config: Config) -> None:
+    """The run's dataset as an MLflow dataset input: its name, a digest of its settings, where it comes from."""
+    data = config.data
+    source = data.hub_id if data.source == "hub" else f"synthetic ({data.synthetic.mode})"
+    store.log_input(run_id, config.dataset, params_hash({"data": config.sections(["data"])}), source,
+                    "training")
+
+
 @contextmanager
 def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: bool = False,
-              recorded: list[tuple[Path, dict[str, Any]]] | None = None) -> Iterator[StageRun]:
+              recorded: list[tuple[Path, dict[str, Any]]] | None = None,
+              dataset_input: bool = False) -> Iterator[StageRun]:
     """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception.
 
     seeded: the run is of one seed (config.seed), which tags it `seed`. recorded: where the run's record_metrics
-    calls are kept (StageRun.recorded), shared by the runs of one process's seeds."""
+    calls are kept (StageRun.recorded), shared by the runs of one process's seeds. dataset_input: the stage
+    works on one dataset (config.dataset), logged as the run's input."""
     if is_worker():
         yield StageRun(_Silent(), run_id=None, recorded=recorded)
         return
@@ -272,7 +294,7 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
     resolved = config.sections(sections)
     tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.dataset, "git_sha": git_sha(),
             "params_hash": params_hash(resolved), HOST_TAG: socket.gethostname(),
-            PROCESS_TAG: str(Process.current())}
+            PROCESS_TAG: str(Process.current()), **source_tags(stage)}
     if seeded:
         tags["seed"] = str(config.seed)
     run_id = store.create_run(experiment_id, stage, tags)
@@ -282,6 +304,8 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
     for start in range(0, len(params), 100):
         store.log_batch(run_id, [], params[start : start + 100])
     _log_params_file(store, run_id)
+    if dataset_input:
+        log_dataset(store, run_id, config)
     status = "FAILED"
     try:
         yield StageRun(store, run_id, parent_id, recorded)

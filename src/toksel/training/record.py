@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.data.token_table import TokenTable
-from toksel.io import write_csv
+from toksel.io import write_csv, write_json, write_npz
 from toksel.plots import binned_scores_figure, save_figure
 from toksel.theory.token_curves import BinnedCurve, CurveSettings, heldout_tokens, token_curves, value_axes
 from toksel.tracking import StageRun
@@ -47,6 +47,20 @@ def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metr
     run.log_artifact(out / "token_scores.png", "figures")
     run.log_artifact(out / "bins.csv")
     run.record_metrics(out / "metrics.json", metrics, logged=logged)
+
+
+def save_model(run: StageRun, out: Path, module: ClassifierModule, about: dict[str, object]) -> None:
+    """Keep a fitted model in `out` (a DVC output; also artifacts of its MLflow run): model.npz, its trained
+    parameters (E only where it was trained; a frozen E is the seed's E0 or its E1) in float32, and each token's
+    score E_s^T p and value E_s^T v (v_k), all the one-layer model needs to read a review (models/reading.py);
+    model.json, what it is (stage, dataset, arm or variant, seed, learning rate)."""
+    scores, values = module.token_scores()
+    parameters = {name.replace(".", "/"): parameter.detach().cpu().float().numpy()
+                  for name, parameter in module.named_parameters()}
+    write_npz(out / "model.npz", scores=scores, values=values, **parameters)
+    write_json(out / "model.json", {**about, "parameters": sorted(parameters)})
+    run.log_artifact(out / "model.npz", "model")
+    run.log_artifact(out / "model.json", "model")
 
 
 def _panels(tokens: TokenTable, kept: np.ndarray, score_p: np.ndarray, score_v: np.ndarray,

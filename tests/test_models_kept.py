@@ -1,0 +1,90 @@
+"""Trained models are kept and can be looked at: model.npz of every arm, `python -m toksel.explain` on a review,
+the report's section of real test reviews shaded by attention; and what each MLflow run says of its origin."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from pipelines import report, train
+from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
+from toksel import explain
+from toksel.data.corpus import PackedSplit
+from toksel.models.reading import read_sequence
+from toksel.paths import processed_dir
+from toksel.render_check import BROWSERS, render
+from toksel.training.classifier import BagClassifier
+from toksel.training.data import batch_of_rows
+
+
+@pytest.fixture
+def trained(prepared):
+    assert train.main([*TINY, *TINY_TRAIN, ALL_ARMS]) == 0
+    return prepared
+
+
+def test_every_arm_keeps_its_model_and_its_reading_is_the_models_own(trained):
+    for arm in ("trained", "untrained", "one_step"):
+        folder = seed_folder(trained, "train", f"synthetic/{arm}")
+        about = json.loads((folder / "model.json").read_text())
+        assert (about["embeddings"], about["model"], about["seed"]) == (arm, "one_layer", 0)
+        with np.load(folder / "model.npz") as model:
+            assert ("E" in model.files) == (arm == "trained") and {"p", "v", "scores", "values"} <= set(model.files)
+            scores, values, p, v = (model[name] for name in ("scores", "values", "p", "v"))
+            E = model["E"] if arm == "trained" else None
+        if E is None:
+            continue
+        # The reading from the kept scores and values is the model's own output on the same review.
+        split = PackedSplit.load(processed_dir("synthetic") / "test.npz")
+        module = BagClassifier(torch.tensor(E), torch.tensor(p), torch.tensor(v), torch.zeros(len(E), dtype=bool),
+                               train_embeddings=True)
+        with torch.no_grad():
+            logits = module.logits(batch_of_rows(split, np.arange(3)))
+        for row in range(3):
+            ids = split.seq_tokens[split.seq_indptr[row]:split.seq_indptr[row + 1]]
+            reading = read_sequence(scores, values, ids)
+            assert reading.weights.sum() == pytest.approx(1)
+            assert float(reading.output) == pytest.approx(float(logits[row]), rel=1e-4, abs=1e-5)
+
+
+def test_explain_prints_each_token_with_its_weight_and_the_prediction(trained, capsys):
+    assert explain.main(["train/synthetic/trained/seed0", "pos1 irr9 irr12 neg5 nosuchword"]) == 0
+    printed = capsys.readouterr()
+    lines = printed.out.strip().splitlines()
+    assert [line.split()[0] for line in lines[:4]] == ["pos1", "irr9", "irr12", "neg5"]
+    assert sum(float(line.split()[1]) for line in lines[:4]) == pytest.approx(1, abs=1e-3)
+    assert lines[4].startswith("prediction: ") and len(lines) == 5
+    assert "not in the vocabulary, left out: nosuchword" in printed.err  # synthetic data have no <unk>
+    assert explain.main(["train/synthetic/nosuch/seed0", "pos1"]) == 2
+    assert "holds no kept model" in capsys.readouterr().err
+
+
+def test_the_report_shows_real_reviews_shaded_by_each_arms_attention(trained, tmp_path):
+    assert report.main([*TINY, *TINY_TRAIN]) == 0
+    page = (trained / "results" / "report" / "report.html").read_text()
+    assert "What the models select in real reviews" in page and page.count("<tr><th>trained</th>") >= 2
+    assert all(f"<tr><th>{arm}</th>" in page for arm in ("untrained", "one_step"))
+    assert "What the models select in real reviews" in (trained / "results" / "report" / "report.md").read_text()
+    if any(shutil.which(name) for name in BROWSERS):
+        rendering = render(trained / "results" / "report" / "report.html", tmp_path / "report.png")
+        assert rendering.tokens > 0 and rendering.ok
+
+
+def test_a_run_names_its_dataset_its_commit_and_its_dvc_experiment(prepared, monkeypatch):
+    from pipelines import gradient_flow
+
+    monkeypatch.setenv("DVC_EXP_NAME", "eager-pika")
+    assert gradient_flow.main([*TINY, "dataset=synthetic"]) == 0
+    client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("toksel")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([experiment.experiment_id], "tags.stage = 'gradient_flow'")
+    run = runs[0]
+    assert run.data.tags["dvc.experiment"] == "eager-pika"
+    assert run.data.tags["mlflow.source.git.commit"]
+    assert run.data.tags["mlflow.source.name"] == "pipelines/gradient_flow.py"
+    dataset = run.inputs.dataset_inputs[0].dataset
+    assert (dataset.name, dataset.source) == ("synthetic", "synthetic (assumption1)") and len(dataset.digest) == 12
