@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 1  # part of the socket's name: a changed protocol gets a new companion
+PROTOCOL = 2  # part of the socket's name: a changed protocol gets a new companion
 START_TIMEOUT = 30.0  # seconds a stage waits for a companion it started
 
 
