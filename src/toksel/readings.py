@@ -119,7 +119,8 @@ def readings_html(reviews: list[ShownReview]) -> str:
             largest = reading.weights.max()
             shaded = " ".join(
                 f"<span class='token' title='{weight:.3f}' style='background: rgba(33, 102, 172, "
-                f"{weight / largest:.2f})'>{html.escape(word)}</span>"
+                f"{weight / largest:.2f}){'; color: #fff' if weight > 0.6 * largest else ''}'>"
+                f"{html.escape(word)}</span>"  # white on the darkest shades, to stay readable
                 for word, weight in zip(review.words, reading.weights, strict=True))
             parts.append(f"<tr><th>{html.escape(arm)}</th><td>{html.escape(_prediction(reading, classes))}</td>"
                          f"<td class='reading'>{shaded}</td></tr>")
