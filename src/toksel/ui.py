@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -108,11 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         server = start_server(uri, args.port)
         print(f"ui: the runs of {experiment_name()}: http://127.0.0.1:{args.port}/"
-              f"{RUNS_VIEW.format(experiment=experiment)} (Ctrl-C stops the server)")
+              f"{RUNS_VIEW.format(experiment=experiment)} (Ctrl-C stops the server)", flush=True)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))  # a kill stops the server too
         try:
             server.wait()
         except KeyboardInterrupt:
+            pass
+        finally:
             server.terminate()
+            server.wait(timeout=30)
     except ToksError as error:
         print(f"ui: {error}", file=sys.stderr)
         return 2
