@@ -26,7 +26,7 @@ from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.tracking import StageRun
 from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
-from toksel.training.record import record_fit, save_model
+from toksel.training.record import record_fit
 from toksel.training.sequence_classifier import SequenceModule
 from toksel.training.sequence_data import SequenceDataModule
 
@@ -62,14 +62,12 @@ def ablation(config: Config, run: StageRun) -> None:
                                  among=rows.trained_tokens())
     size = {"d": float(scale.d), "train_rows": float(len(rows.rows("train")[1])),
             "test_rows": float(len(rows.rows("test")[1])), "padding_fraction": rows.training_batches_padding()}
-    out = seed_dir(results_dir("ablation", variant), seed)
-    save_model(run, out, trained.module, {"stage": "ablation", "model": settings.variant, "dataset": dataset,
-                                          "seed": seed, "lr": training.lr, "d": scale.d,
-                                          "num_classes": tokens.num_classes})
-    record_fit(run, out, trained.module, {**trained.metrics, **size},
+    record_fit(run, seed_dir(results_dir("ablation", variant), seed), trained.module, {**trained.metrics, **size},
                trained.curves, tokens, curves, f"{dataset}, {settings.variant} (d {scale.d}, first "
-               f"{scale.max_len or 'all'} tokens), seed {seed}: after training", among=rows.trained_tokens(),
-               score_label=SCORE_LABELS.get(settings.variant, "$E_s^T p$"))
+               f"{scale.max_len or 'all'} tokens), seed {seed}: after training",
+               {"stage": "ablation", "model": settings.variant, "dataset": dataset, "seed": seed, "lr": training.lr,
+                "d": scale.d, "num_classes": tokens.num_classes},
+               among=rows.trained_tokens(), score_label=SCORE_LABELS.get(settings.variant, "$E_s^T p$"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule
 from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
-from toksel.training.record import record_fit, save_model
+from toksel.training.record import record_fit
 
 SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train")
 
@@ -80,10 +80,9 @@ def train(config: Config, run: StageRun) -> None:
             write_csv(out / "grid.csv", trained.trials)
             arm_run.log_artifact(out / "grid.csv")
             record_fit(arm_run, out, trained.module, trained.metrics, trained.curves, tokens, curves,
-                       f"{dataset}, embeddings {arm}, seed {seed} (lr {trained.metrics['lr']:g}): after training")
-            save_model(arm_run, out, trained.module, {"stage": "train", "model": "one_layer", "dataset": dataset,
-                                                      "embeddings": arm, "seed": seed, "lr": trained.metrics["lr"],
-                                                      "num_classes": classes})
+                       f"{dataset}, embeddings {arm}, seed {seed} (lr {trained.metrics['lr']:g}): after training",
+                       {"stage": "train", "model": "one_layer", "dataset": dataset, "embeddings": arm, "seed": seed,
+                        "lr": trained.metrics["lr"], "num_classes": classes})
 
 
 def main(argv: list[str] | None = None) -> int:

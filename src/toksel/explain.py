@@ -23,6 +23,7 @@ from toksel.errors import ToksError
 from toksel.io import read_json, read_npz, require_output
 from toksel.models.reading import Reading, read_sequence
 from toksel.paths import processed_dir
+from toksel.readings import class_name
 
 BAR = 30  # characters of the largest weight's bar
 
@@ -34,10 +35,6 @@ def model_folder(run: str) -> Path:
         raise ToksError(f"{folder} holds no kept model (model.npz): name a training run such as "
                         "train/imdb/trained/seed0, after `dvc repro train@imdb`")
     return folder
-
-
-def class_name(k: int, num_classes: int) -> str:
-    return ("negative", "positive")[k] if num_classes == 2 else f"class {k}"
 
 
 def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], Reading, int]:
@@ -56,7 +53,8 @@ def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], 
     words = tokens.frame["word"].astype(str).tolist()
     found = word_tokens(text)[:config.data.max_len]
     if words[0] != UNKNOWN:  # a vocabulary without <unk> (synthetic data): a word outside it is left out
-        outside = [word for word in found if word not in set(words)]
+        known = set(words)
+        outside = [word for word in found if word not in known]
         if outside:
             print(f"explain: not in the vocabulary, left out: {' '.join(outside)}", file=sys.stderr)
         found = [word for word in found if word not in outside]

@@ -31,6 +31,7 @@ class ShownReview:
     dataset: str
     row: int  # in the test split
     label: int
+    num_classes: int
     case: str  # "right" or "wrong", as the trained model predicts it
     words: list[str]
     readings: dict[str, Reading]  # arm -> its reading
@@ -66,7 +67,8 @@ def shown_reviews(dataset: str, seed: int) -> list[ShownReview]:
         case = "right" if readings["trained"].predicted == label else "wrong"
         if (label, case) in wanted:
             wanted.remove((label, case))
-            shown.append(ShownReview(dataset, row, label, case, [words[i] for i in ids], readings))
+            shown.append(ShownReview(dataset, row, label, tokens.num_classes, case, [words[i] for i in ids],
+                                     readings))
         if not wanted:
             break
     return sorted(shown, key=lambda review: (review.label, review.case))
@@ -76,9 +78,9 @@ def all_shown(config: Config) -> list[ShownReview]:
     return [review for dataset in config.train.datasets for review in shown_reviews(dataset, config.base.seeds[0])]
 
 
-def _caption(review: ShownReview, num_classes: int) -> str:
-    return (f"{review.dataset}, test review {review.row}: {class_name(review.label, num_classes)}, the trained "
-            f"model is {review.case}")
+def _caption(review: ShownReview) -> str:
+    return (f"{review.dataset}, test review {review.row}: {class_name(review.label, review.num_classes)}, the "
+            f"trained model is {review.case}")
 
 
 def _prediction(reading: Reading, num_classes: int) -> str:
@@ -94,12 +96,11 @@ def readings_markdown(reviews: list[ShownReview]) -> list[str]:
              "Short test reviews, read by each embedding arm's model (first seed): the prediction and the "
              f"{TOP_WORDS} words with the largest attention weight. report.html shades every token by its weight.", ""]
     for review in reviews:
-        classes = len(next(iter(review.readings.values())).probabilities)
-        lines += [f"**{escape(_caption(review, classes))}**: {escape(' '.join(review.words))}", ""]
+        lines += [f"**{escape(_caption(review))}**: {escape(' '.join(review.words))}", ""]
         rows = []
         for arm, reading in review.readings.items():
             top = np.argsort(-reading.weights, kind="stable")[:TOP_WORDS]
-            rows.append(f"| {arm} | {escape(_prediction(reading, classes))} | "
+            rows.append(f"| {arm} | {escape(_prediction(reading, review.num_classes))} | "
                         + ", ".join(f"{escape(review.words[i])} ({reading.weights[i]:.2f})" for i in top) + " |")
         lines += ["| embeddings | prediction | largest weights |", "|---|---|---|", *rows, ""]
     return lines
@@ -113,8 +114,7 @@ def readings_html(reviews: list[ShownReview]) -> str:
              "model (first seed): each token shaded by its attention weight, the largest darkest; hover a token "
              "for its weight.</p>"]
     for review in reviews:
-        classes = len(next(iter(review.readings.values())).probabilities)
-        parts.append(f"<h3>{html.escape(_caption(review, classes))}</h3><table class='readings'>")
+        parts.append(f"<h3>{html.escape(_caption(review))}</h3><table class='readings'>")
         for arm, reading in review.readings.items():
             largest = reading.weights.max()
             shaded = " ".join(
@@ -122,7 +122,7 @@ def readings_html(reviews: list[ShownReview]) -> str:
                 f"{weight / largest:.2f}){'; color: #fff' if weight > 0.6 * largest else ''}'>"
                 f"{html.escape(word)}</span>"  # white on the darkest shades, to stay readable
                 for word, weight in zip(review.words, reading.weights, strict=True))
-            parts.append(f"<tr><th>{html.escape(arm)}</th><td>{html.escape(_prediction(reading, classes))}</td>"
-                         f"<td class='reading'>{shaded}</td></tr>")
+            prediction = html.escape(_prediction(reading, review.num_classes))
+            parts.append(f"<tr><th>{html.escape(arm)}</th><td>{prediction}</td><td class='reading'>{shaded}</td></tr>")
         parts.append("</table>")
     return "".join(parts)

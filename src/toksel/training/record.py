@@ -33,10 +33,17 @@ def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, s
 
 
 def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
-               tokens: TokenTable, settings: CurveSettings, title: str, among: np.ndarray | None = None,
-               logged: tuple[str, ...] = (), score_label: str = "$E_s^T p$") -> None:
-    """Write bins.csv, token_scores.png and metrics.json into `out` and log them; `logged`: metrics whose MLflow
-    history already ends on their final value."""
+               tokens: TokenTable, settings: CurveSettings, title: str, about: dict[str, object],
+               among: np.ndarray | None = None, logged: tuple[str, ...] = (),
+               score_label: str = "$E_s^T p$") -> None:
+    """Write bins.csv, token_scores.png, the kept model and metrics.json into `out` and log them; `about`: what
+    the model is (stage, dataset, arm or variant, seed, learning rate); `logged`: metrics whose MLflow history
+    already ends on their final value.
+
+    The model is kept as model.npz (a DVC output; also artifacts of the run): its trained parameters in float32
+    (E only where it was trained; a frozen E is the seed's E0 or its E1) and each token's score E_s^T p and value
+    E_s^T v (v_k), all the one-layer model needs to read a review (models/reading.py); model.json says what it is.
+    """
     # One row per bin; columns centre_<curve>, count_<curve>, mean_<curve>, std_<curve> (curves p, v or v_class_k).
     write_csv(out / "bins.csv", pd.concat([curve.as_frame().add_suffix(f"_{name}") for name, curve in curves.items()],
                                           axis=1))
@@ -44,23 +51,15 @@ def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metr
     kept = heldout_tokens(tokens, settings.min_count, among)
     save_figure(binned_scores_figure(_panels(tokens, kept, score_p, score_v, curves, score_label), title),
                 out / "token_scores.png")
-    run.log_artifact(out / "token_scores.png", "figures")
-    run.log_artifact(out / "bins.csv")
-    run.record_metrics(out / "metrics.json", metrics, logged=logged)
-
-
-def save_model(run: StageRun, out: Path, module: ClassifierModule, about: dict[str, object]) -> None:
-    """Keep a fitted model in `out` (a DVC output; also artifacts of its MLflow run): model.npz, its trained
-    parameters (E only where it was trained; a frozen E is the seed's E0 or its E1) in float32, and each token's
-    score E_s^T p and value E_s^T v (v_k), all the one-layer model needs to read a review (models/reading.py);
-    model.json, what it is (stage, dataset, arm or variant, seed, learning rate)."""
-    scores, values = module.token_scores()
     parameters = {name.replace(".", "/"): parameter.detach().cpu().float().numpy()
                   for name, parameter in module.named_parameters()}
-    write_npz(out / "model.npz", scores=scores, values=values, **parameters)
+    write_npz(out / "model.npz", scores=score_p, values=score_v, **parameters)
     write_json(out / "model.json", {**about, "parameters": sorted(parameters)})
+    run.log_artifact(out / "token_scores.png", "figures")
+    run.log_artifact(out / "bins.csv")
     run.log_artifact(out / "model.npz", "model")
     run.log_artifact(out / "model.json", "model")
+    run.record_metrics(out / "metrics.json", metrics, logged=logged)
 
 
 def _panels(tokens: TokenTable, kept: np.ndarray, score_p: np.ndarray, score_v: np.ndarray,
