@@ -50,7 +50,7 @@ def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], 
         raise ToksError(f"explain reads word-tokenized datasets; {about['dataset']} uses data.tokenizer = "
                         f"{config.data.tokenizer!r}")
     tokens = read_token_table(processed_dir(about["dataset"]) / "tokens.csv")
-    words = tokens.frame["word"].astype(str).tolist()
+    words = tokens.words
     found = word_tokens(text)[:config.data.max_len]
     if words[0] != UNKNOWN:  # a vocabulary without <unk> (synthetic data): a word outside it is left out
         known = set(words)

@@ -45,7 +45,7 @@ def limit_server_waits() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
 
-def _offline_answer(name: str, args: list[Any]) -> Any:
+def _offline_answer(name: str) -> Any:
     if name == "experiment_id":
         return f"{PLACEHOLDER}experiment"
     if name == "create_run":
@@ -70,10 +70,6 @@ class GuardedStore:
             raise AttributeError(name)
         return lambda *args: self._call(name, list(args))
 
-    @property
-    def offline(self) -> bool:
-        return self.pending is not None
-
     def _call(self, name: str, args: list[Any]) -> Any:
         if self.pending is None:
             try:
@@ -82,7 +78,7 @@ class GuardedStore:
                 return getattr(self.store, name)(*args)
             except Exception as error:  # noqa: BLE001 (whatever the store raises, the stage goes on)
                 self._go_offline(error)
-        answer = _offline_answer(name, args)
+        answer = _offline_answer(name)
         self._keep(name, args, answer if name in ("experiment_id", "create_run") else None)
         return answer
 

@@ -54,7 +54,7 @@ def shown_reviews(dataset: str, seed: int) -> list[ShownReview]:
     if "trained" not in models:
         return []
     tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
-    words = tokens.frame["word"].astype(str).tolist()
+    words = tokens.words
     test = PackedSplit.load(processed_dir(dataset) / "test.npz")
     shown_classes = (0, tokens.num_classes - 1)
     wanted = {(label, case) for label in shown_classes for case in ("right", "wrong")}

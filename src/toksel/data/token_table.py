@@ -50,6 +50,10 @@ class TokenTable:
         return self.frame[name].to_numpy()
 
     @property
+    def words(self) -> list[str]:
+        return self.frame["word"].astype(str).tolist()
+
+    @property
     def important(self) -> np.ndarray:
         return self.frame["important"].to_numpy(dtype=bool)
 
