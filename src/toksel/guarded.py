@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from toksel.errors import ToksError
-from toksel.tracker import Store
+from toksel.tracker import Store, StoreCalls
 
 TIMEOUT_ENV = "TOKSEL_TRACKING_TIMEOUT"
 PENDING = Path(".toksel") / "pending"
@@ -57,18 +57,13 @@ def _offline_answer(name: str) -> Any:
     return None
 
 
-class GuardedStore:
+class GuardedStore(StoreCalls):
     """Store's calls through `opener`'s store; after its first failure, kept for later instead."""
 
     def __init__(self, uri: str, opener: Callable[[], Any], who: str) -> None:
         self.uri, self.opener, self.who = uri, opener, who
         self.store: Any = None
         self.pending: Path | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in Store.CALLS:
-            raise AttributeError(name)
-        return lambda *args: self._call(name, list(args))
 
     def _call(self, name: str, args: list[Any]) -> Any:
         if self.pending is None:

@@ -108,17 +108,24 @@ class TrackerError(RuntimeError):
     """A call the companion's store refused (the message is the store's)."""
 
 
-class RemoteStore:
-    """The same calls as Store, answered by the companion; on its loss, by a Store opened here."""
-
-    def __init__(self, uri: str, connection: socket.socket) -> None:
-        self.uri, self.connection, self.stream = uri, connection, connection.makefile("rwb")
-        self.local: Store | None = None
+class StoreCalls:
+    """Store's calls, each passed to `_call(name, args)`: how a stand-in for a Store answers them its own way."""
 
     def __getattr__(self, name: str) -> Any:
         if name not in Store.CALLS:
             raise AttributeError(name)
         return lambda *args: self._call(name, list(args))
+
+    def _call(self, name: str, args: list[Any]) -> Any:
+        raise NotImplementedError
+
+
+class RemoteStore(StoreCalls):
+    """The same calls as Store, answered by the companion; on its loss, by a Store opened here."""
+
+    def __init__(self, uri: str, connection: socket.socket) -> None:
+        self.uri, self.connection, self.stream = uri, connection, connection.makefile("rwb")
+        self.local: Store | None = None
 
     def _call(self, name: str, args: list[Any]) -> Any:
         if name == "log_artifact":  # the companion's working directory is not ours
