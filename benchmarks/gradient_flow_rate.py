@@ -1,6 +1,7 @@
-"""Steps per second of gradient flow on a prepared dataset (default: full IMDB train, d = 2048), the split of
-one step between the fused pass and the two products with E, the bytes a step moves against the memory
-bandwidth this machine measures, and the least time any pass over the corpus entries takes here.
+"""Steps per second of gradient flow (each step one evaluation of the loss and its gradient in p) on a prepared
+dataset (default: full IMDB train, d = 2048), the split of one step between the fused pass and the two products with
+E, the bytes a step moves against the memory bandwidth this machine measures, and the least time any pass over the
+corpus entries takes here.
 
 Needs the dataset's `prepare` and `one_step` outputs:  dvc repro one_step@imdb-0
 Run:  python -m benchmarks.gradient_flow_rate [dataset] [repeats]
@@ -22,7 +23,7 @@ from toksel.io import read_npz
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
 from toksel.paths import processed_dir, results_dir, seed_dir
-from toksel.theory.gradient_flow import run_gradient_flow
+from toksel.theory.gradient_flow import FlowField
 
 STEPS = 100
 
@@ -79,8 +80,9 @@ def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
     E, p, v = np.ascontiguousarray(embeddings["E1"]), embeddings["p0"], embeddings["v"]
     values = E @ v
 
-    run_gradient_flow(E, p, v, bags, steps=2, lr=1.0)  # compile
-    runs = timed(lambda: run_gradient_flow(E, p, v, bags, steps=STEPS, lr=1.0, log_every=STEPS), repeats)
+    field = FlowField(E, v, bags, penalty=0.0)  # what each step of the flow evaluates once
+    field(p)  # compile
+    runs = timed(lambda: [field(p) for _ in range(STEPS)], repeats)
 
     a = scores(E, p)
     g = loss_and_token_gradients(a, values, bags, with_values=False)[1]

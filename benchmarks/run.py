@@ -26,7 +26,7 @@ import torch
 from benchmarks import gradient_flow_rate, overheads, repro_timing, training
 from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
 from benchmarks.timing import timed
-from toksel.config import load_config
+from toksel.config import first_seeds, load_config
 from toksel.data.corpus import PackedSplit
 from toksel.data.prepared import prepare_text
 from toksel.data.token_table import read_token_table
@@ -147,8 +147,10 @@ def gradient_flow_stage(repeats: int) -> list[str]:
         written = seed_dir(project / "results" / "gradient_flow" / DATASET, 0) / "metrics.json"
         metrics = json.loads(written.read_text())
     settings = load_config([f"dataset={DATASET}"]).gradient_flow
-    return [f"`python -m pipelines.gradient_flow dataset={DATASET}` ({settings.steps:,} steps, logging every "
-            f"{settings.log_every}, MLflow and outputs included, a fresh process each time): median "
+    return [f"`python -m pipelines.gradient_flow dataset={DATASET}` (flow time {settings.horizon:g}, "
+            f"{metrics['steps']:,.0f} steps of the first seed and as many again halved, its control, "
+            f"{len(first_seeds(load_config().base.seeds, settings.seeds))} seeds, MLflow and outputs included, "
+            "a fresh process each time): median "
             f"**{stage.median:.1f} s** of {repeats} runs ({', '.join(f'{s:.1f}' for s in stage.seconds)}); peak memory "
             f"{metrics['peak_memory_mb']:,.0f} MiB."]
 

@@ -1,7 +1,9 @@
 """Stage `one_step`: E0, p0 ~ N(0, I/d), v a unit vector (K orthonormal v_k for K > 2 classes), drawn from the
 run's seed; one full-batch GD step on E (Lemma 4.1; the rebuttal's formula for K classes), and its control, the
-same regression with no step. Every seed of base.seeds in one process (one_step@<dataset>), each into
-results/one_step/<dataset>/seed<seed>/; their metrics gathered in results/one_step/<dataset>.json."""
+same step on labels that carry no signal (shuffled, seeded by base.data_seed and the run's seed), regressed on
+the true alpha_s. Every seed of base.seeds in one process (one_step@<dataset>), each into
+results/one_step/<dataset>/seed<seed>/ (E0, E1, p0, v and the control's update in factored form); their metrics
+gathered in results/one_step/<dataset>.json."""
 
 from __future__ import annotations
 
@@ -16,15 +18,17 @@ from toksel.paths import processed_dir, results_dir, seed_dir
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "model", "one_step")
+SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step")
 
 
 def one_step(config: Config, run: StageRun) -> None:
     data = processed_dir(config.dataset)
     step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
-                                        config.model.d, config.seed, config.one_step.eta0)
+                                        config.model.d, config.seed, config.one_step.eta0,
+                                        null_seed=(config.base.data_seed, config.seed))
     out = seed_dir(results_dir("one_step", config.dataset), config.seed)
-    write_npz(out / "embeddings.npz", E0=step.E0, E1=step.E1, p0=step.p0, v=step.v)
+    write_npz(out / "embeddings.npz", E0=step.E0, E1=step.E1, p0=step.p0, v=step.v,
+              null_along_p=step.null_update.along_p, null_along_v=step.null_update.along_v)
     run.record_metrics(out / "metrics.json", step.metrics)
 
 

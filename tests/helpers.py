@@ -20,7 +20,7 @@ TINY = [
     "base.seeds=[0]",
     "data.synthetic.n_positive=4", "data.synthetic.n_negative=4", "data.synthetic.n_irrelevant=24",
     "data.synthetic.seq_len=6", "data.synthetic.n_train=80", "data.synthetic.n_test=40",
-    "model.d=256", "one_step.eta0=40", "gradient_flow.steps=300", "gradient_flow.log_every=50",
+    "model.d=256", "one_step.eta0=40", "gradient_flow.horizon=1e4",
 ]
 
 # Metrics that measure the run, not the result: they differ between two runs of the same thing.

@@ -86,7 +86,7 @@ def test_a_stage_that_fails_midway_keeps_every_old_output(prepared, capsys, monk
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr("pipelines.gradient_flow.write_csv", full_disk)
-    assert gradient_flow.main([*TINY, "gradient_flow.steps=200"]) == 2  # another trajectory, had it been kept
+    assert gradient_flow.main([*TINY, "gradient_flow.horizon=5e3"]) == 2  # another trajectory, had it been kept
     assert "No space left on device" in _one_line(capsys, "gradient_flow")
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before  # no temporary file either
 

@@ -19,9 +19,9 @@ def test_params_yaml_loads_with_its_defaults():
 
 
 def test_overrides_are_typed():
-    config = load_config(["one_step.eta0=50", "gradient_flow.normalized=true", "model.d=64"], ROOT / "params.yaml")
+    config = load_config(["one_step.eta0=50", "gradient_flow.max_margin=false", "model.d=64"], ROOT / "params.yaml")
     assert config.one_step.eta0 == 50.0 and isinstance(config.one_step.eta0, float)
-    assert config.gradient_flow.normalized is True
+    assert config.gradient_flow.max_margin is False
     assert config.model.d == 64
 
 
@@ -34,7 +34,7 @@ def test_overrides_are_typed():
         ("data.synthetic.delta=1.5", "data.synthetic.delta = 1.5 is out of range: must be <= 1.0"),
         ("model.d=0", "model.d = 0 is out of range: must be >= 1"),
         ("model.d=abc", "model.d"),
-        ("gradient_flow.lr=nan", "gradient_flow.lr = nan must be a finite number"),
+        ("gradient_flow.horizon=nan", "gradient_flow.horizon = nan must be a finite number"),
         ("data.synthetic.mode=paired", "data.synthetic.mode = 'paired' is not one of assumption1, independent"),
         ("data.synthetic.n_train=601", "data.synthetic.n_train and n_test must be even"),
         ("train.arms=[trained,frozen]", "'frozen'] must be a non-empty list of distinct arms of trained, untrained"),
@@ -89,7 +89,7 @@ def test_help_lists_the_stage_keys_with_their_values(project, capsys):
 def test_a_dataset_entry_overrides_the_shared_sections_and_the_command_line_overrides_both():
     imdb = load_config(["dataset=imdb"], ROOT / "params.yaml")
     assert imdb.dataset == "imdb" and imdb.data.source == "hub" and imdb.model.d == 2048
-    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.normalized is False  # shared default
+    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.tolerance == 1e-3  # shared default
     assert load_config(["dataset=imdb", "model.d=64"], ROOT / "params.yaml").model.d == 64
     assert load_config(path=ROOT / "params.yaml").model.d == 1024  # synthetic keeps the shared value
 

@@ -71,7 +71,7 @@ def controlled(tmp_path_factory):
     params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist(SHARED))
     params.datasets = {"synthetic": params.datasets.synthetic, "graded": {
         "data": {"source": "hub", "hub_id": "example/graded"}, "model": {"d": 64}, "one_step": {"eta0": 100.0},
-        "gradient_flow": {"steps": 200, "lr": 10.0, "log_every": 10, "max_margin": False}, "train": {}}}
+        "gradient_flow": {"horizon": 2000.0, "max_margin": False}, "train": {}}}
     OmegaConf.save(params, project / "params.yaml")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(project)

@@ -51,7 +51,7 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     assert stages_run(dvc(dvc_project, "repro")) == []  # nothing changed
 
     params = OmegaConf.load(dvc_project / "params.yaml")
-    params.gradient_flow.steps = 400
+    params.gradient_flow.horizon = 1.0e4
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = dvc(dvc_project, "repro")
     # The phase row runs GD too; compare reads the flow for the theory protocol.

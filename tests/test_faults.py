@@ -16,8 +16,9 @@ from mlflow import MlflowClient
 from pipelines import gradient_flow, one_step, prepare, train
 from tests.helpers import ROOT, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, seed_folder, start_stage
 from toksel.report import interrupted_fits, interruption_note
+from toksel.theory.gradient_flow import record_times
 
-LONG_FLOW = [*TINY, "gradient_flow.steps=30000", "gradient_flow.log_every=1000"]  # seconds of GD
+LONG_FLOW = [*TINY, "gradient_flow.tolerance=1e-8"]  # seconds of steps: a few hundred times the usual number
 
 
 def _client(project: Path) -> MlflowClient:
@@ -117,7 +118,7 @@ def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, t
     second.mkdir()
     for name in ("params.yaml", "data", "results"):  # the same inputs, another project folder
         (shutil.copytree if (prepared / name).is_dir() else shutil.copy)(prepared / name, second / name)
-    args = [*TINY, "gradient_flow.steps=2000", "gradient_flow.log_every=2"]  # 1,001 points per curve
+    args = [*TINY, "gradient_flow.tolerance=1e-6"]  # a longer run: the two stages overlap
     processes = [start_stage("gradient_flow", args, folder, TOKSEL_PIPELINE_ID=f"concurrent-{i}")
                  for i, folder in enumerate((prepared, second))]
     for process in processes:
@@ -133,7 +134,7 @@ def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, t
         history = pd.read_csv(seed_folder(folder, "gradient_flow", "synthetic") / "history.csv")
         for name in ("loss", "p_norm", "selection_fraction"):
             logged = client.get_metric_history(run.info.run_id, name)
-            assert len(logged) == len(history) == 1001, name
+            assert len(logged) == len(history) == len(record_times(1e4)), name
             assert np.allclose([point.value for point in sorted(logged, key=lambda point: point.step)],
                                history[name].to_numpy())
 

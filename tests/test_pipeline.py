@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 from pipelines import evaluate, gradient_flow, one_step, prepare
 from tests.helpers import TINY, seed_folder, throwaway_project
 from toksel import tracker
+from toksel.theory.gradient_flow import record_times
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
 SEEDED = ("one_step", "gradient_flow")  # their outputs go to <stage>/<dataset>/seed<k>/
@@ -40,13 +41,13 @@ def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
     assert {"slope", "slope_theory", "pearson_r", "orthogonal_ratio", "control_slope_rel_error",
             "control_pearson_r"} <= metrics["one_step"].keys()
     assert {"loss", "p_norm", "selection_fraction", "cos_max_margin", "cos_max_margin_important", "normalized_margin",
-            "max_margin_norm", "p_norm_growth", "control_p_norm_growth", "control_selection_fraction",
+            "max_margin_norm", "log_growth", "control_log_growth", "control_selection_fraction", "flow_faithful",
             "control_cos_max_margin_important"} <= metrics["gradient_flow"].keys()
     assert metrics["prepare"]["max_abs_alpha_irrelevant"] == 0.0
     assert all(stage_metrics["peak_memory_mb"] > 50 for stage_metrics in metrics.values())  # a Python with numpy
     assert metrics["one_step"]["slope_theory"] == 20.0  # eta0 = 40 in TINY
     history = pd.read_csv(_folder(finished_pipeline, "gradient_flow") / "history.csv")
-    assert history["step"].tolist() == list(range(0, 301, 50))
+    np.testing.assert_allclose(history["flow_time"], record_times(1e4), rtol=1e-9)  # TINY's horizon
     assert (history["p_norm"].diff().dropna() > 0).all()
     summary = (results / "evaluate" / "synthetic" / "summary.md").read_text()
     for statement in ("Lemma 4.1: one step on E", "Lemma 4.2:", "Lemma 4.4:", "Theorem 4.3:"):
@@ -85,10 +86,10 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
             if value is not None and math.isfinite(value):
                 assert run.data.metrics[name] == pytest.approx(value, rel=1e-12), (stage, name)
     assert children["one_step"].data.params["one_step.eta0"] == "40.0"
-    assert "gradient_flow.steps" in children["gradient_flow"].data.params
+    assert "gradient_flow.horizon" in children["gradient_flow"].data.params
     assert children["gradient_flow"].data.tags["seed"] == "0" and "seed" not in children["evaluate"].data.tags
     history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin")
-    assert [m.step for m in history] == list(range(0, 301, 50))
+    assert [m.step for m in history] == list(range(len(record_times(1e4))))  # the records' indices
     figures = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id, "figures")]
     assert sorted(figures) == ["figures/gradient_flow.png", "figures/one_step.png", "figures/token_scores.png"]
     assert experiment.artifact_location == (finished_pipeline / "mlartifacts").as_uri()

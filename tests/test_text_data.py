@@ -187,7 +187,7 @@ def test_the_hub_path_fails_clearly_offline(monkeypatch):
 def test_a_text_dataset_runs_through_every_stage(mirror_project):
     from pipelines import evaluate, gradient_flow, one_step
 
-    small = ["dataset=tiny", "base.seeds=[0]", "gradient_flow.steps=40", "gradient_flow.log_every=10",
+    small = ["dataset=tiny", "base.seeds=[0]", "gradient_flow.horizon=100",
              "gradient_flow.max_margin=false"]
     for stage in (prepare, one_step, gradient_flow, evaluate):
         assert stage.main(small) == 0, stage.__name__
@@ -239,7 +239,7 @@ def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mir
     params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
                              "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
-    small = ["dataset=three", "base.seeds=[0]", "gradient_flow.steps=40", "gradient_flow.log_every=10"]
+    small = ["dataset=three", "base.seeds=[0]", "gradient_flow.horizon=100"]
     for stage in (prepare, one_step, gradient_flow, evaluate):
         assert stage.main(small) == 0, stage.__name__
     results = mirror_project / "results"

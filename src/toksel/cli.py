@@ -28,6 +28,7 @@ OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES}
 
 StageBody = Callable[[Config, StageRun], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
+Seeds = Callable[[Config], list[int]]  # the seeds a stage runs, if not all of base.seeds
 
 
 def show_progress() -> bool:
@@ -38,13 +39,14 @@ def show_progress() -> bool:
 
 
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
-              seeded: bool = False, every_seed: SeedsFolder | None = None) -> int:
+              seeded: bool = False, every_seed: SeedsFolder | None = None, seeds: Seeds | None = None) -> int:
     """Run `body` as the stage `stage` (its config sections `sections`).
 
     seeded: the run is of one seed (`seed=`, tagged). every_seed: the body runs once for every seed of base.seeds,
     one after the other in this one process (its imports and data loaded once), each seed its own MLflow stage run
     tagged `seed`, as a stage per seed would be; the metrics the seeds record under every_seed(config) are then
     gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
+    seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
@@ -59,7 +61,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         return 0
     silence_known_warnings()
     with _sigterm_raises():
-        return _run(stage, sections, body, argv, seeded, every_seed)
+        return _run(stage, sections, body, argv, seeded, every_seed, seeds)
 
 
 @contextmanager
@@ -78,7 +80,7 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str], seeded: bool,
-         every_seed: SeedsFolder | None) -> int:
+         every_seed: SeedsFolder | None, seeds: Seeds | None) -> int:
     try:
         config = load_config(argv)
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
@@ -94,7 +96,8 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 body(config, run)
         else:
             with outputs_together():
-                _every_seed(stage, sections, config, body, every_seed(config), told_dataset(argv))
+                _every_seed(stage, sections, config, body, every_seed(config), told_dataset(argv),
+                            seeds(config) if seeds is not None else config.base.seeds)
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:
@@ -120,9 +123,9 @@ def told_dataset(argv: Sequence[str]) -> bool:
 
 
 def _every_seed(stage: str, sections: tuple[str, ...], config: Config, body: StageBody, folder: Path,
-                dataset_input: bool) -> None:
+                dataset_input: bool, seeds: list[int]) -> None:
     recorded: list[tuple[Path, dict]] = []
-    for seed in config.base.seeds:
+    for seed in seeds:
         seeded = dataclasses.replace(config, seed=seed)
         with stage_run(stage, seeded, sections, seeded=True, recorded=recorded, dataset_input=dataset_input) as run:
             body(seeded, run)

@@ -96,17 +96,19 @@ class OneStepConfig:
 
 @dataclass
 class GradientFlowConfig:
-    steps: int = bounded(20000, ge=1, help="GD steps on p with E frozen")
-    lr: float = bounded(100.0, gt=0.0, help="GD step size (the length of each step if normalized)")
-    normalized: bool = bounded(False, help="normalised GD: p <- p - lr grad / |grad|")
-    log_every: int = bounded(100, ge=1, help="record loss, |p_t| and p_t every this many steps")
+    horizon: float = bounded(2e6, gt=0.0, help="the flow time T the flow on p is followed to (error-controlled "
+                                               "gradient steps, each advancing t by its step size)")
+    tolerance: float = bounded(1e-3, gt=0.0, le=0.1, help="the local error a step may make, relative to "
+                                                         "max(|p|, 1): smaller is closer to the flow and slower")
+    agreement: float = bounded(0.02, gt=0.0, help="the flow follows the flow when the same run with every step "
+                                                  "halved agrees within this (|p_t|, loss, selection; radians)")
+    seeds: int = limit(0, help="how many of base.seeds (the first) the flow runs (0: all of them)")
     selection_tol: float = bounded(1e-4, ge=0.0,
                                    help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
     max_margin: bool = bounded(True, help="solve the max-margin QP of Theorem 4.3 (small data only)")
-    control_contraction: float = bounded(200.0, gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
-                                                                "lambda/2 |p|^2 for a quarter of the steps T', lambda "
-                                                                "= control_contraction / (lr T') (at most 1/lr), so "
-                                                                "that it settles at its finite minimiser")
+    control_penalty: float = bounded(4.0, gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
+                                                       "lambda/2 |p|^2 with lambda = control_penalty / horizon, "
+                                                       "bounded at a level it reaches within the run")
 
 
 EMBEDDINGS = ("trained", "untrained", "one_step")
@@ -212,8 +214,8 @@ class EvaluateConfig:
     min_pearson_r: float = bounded(0.99, ge=-1.0, le=1.0, help="Lemma 4.1: Pearson r at least")
     min_selection_fraction: float = bounded(1.0, ge=0.0, le=1.0, help="Lemma 4.4: selection fraction at least")
     min_cos_max_margin: float = bounded(0.99, ge=-1.0, le=1.0, help="Theorem 4.3: cos(p_T, p_mm) at least")
-    min_p_norm_growth: float = bounded(0.5, ge=0.0, help="Lemma 4.2: growth of |p_t| over the last half of the run "
-                                                         "over that of the quarter before, at least")
+    min_log_growth: float = bounded(0.5, help="Lemma 4.2: the slope of |p_t| against log t over [T/2, T] over its "
+                                              "average since the flow started to move, at least")
 
 
 @dataclass
@@ -458,6 +460,11 @@ def describe(config: Config, sections: Iterable[str]) -> list[str]:
         lines.append(f"  {f'{name}={getattr(getattr(config, section), key)}':<44} {spec.metadata.get('help', '')}"
                      .rstrip())
     return lines
+
+
+def first_seeds(seeds: Sequence[int], count: int) -> list[int]:
+    """The first `count` of `seeds`, or all of them for 0: the seeds a stage with a narrower budget runs."""
+    return list(seeds[:count] if count else seeds)
 
 
 def params_hash(sections: dict[str, Any]) -> str:

@@ -105,34 +105,38 @@ def multiclass_one_step_figure(alphas: np.ndarray, updates: np.ndarray, slope_th
 
 
 def gradient_flow_figure(history: pd.DataFrame, max_margin_norm: float) -> plt.Figure:
-    """|p_t|, the loss, cos(p_t, p_mm), selection and the normalised margin against t (log axis).
+    """|p_t|, the loss, cos(p_t, p_mm), selection and the normalised margin against flow time t (log axis); |p_t|
+    and the loss also for the same run with every step halved (dotted), which should lie on top.
 
     Panels without data (no QP: no cosine, no margin) are left out.
     """
-    later = history[history["step"] > 0]
-    step = later["step"].to_numpy()
+    later = history[history["flow_time"] > 0]
+    time = later["flow_time"].to_numpy()
     margin_limit = 1 / max_margin_norm if np.isfinite(max_margin_norm) else None
     panels = (  # (curves as column: label, title, limit)
-        ({"p_norm": None}, r"$\|p_t\|$ (Lemma 4.2)", None),
-        ({"loss": None}, "training loss", None),
+        ({"p_norm": "flow", "half_step_p_norm": "steps halved"}, r"$\|p_t\|$ (Lemma 4.2)", None),
+        ({"loss": "flow", "half_step_loss": "steps halved"}, "training loss", None),
         ({"cos_max_margin": None}, r"$\cos(p_t, p_{mm})$ (Theorem 4.3)", 1.0),
         ({"selection_fraction": "every important token", "selection_any_fraction": "at least one"},
          "important tokens selected (Lemma 4.4)", None),
         ({"normalized_margin": None}, "normalised margin", margin_limit),
     )
-    panels = tuple(panel for panel in panels if any(later[column].notna().any() for column in panel[0]))
+    panels = tuple(panel for panel in panels if any(column in later and later[column].notna().any()
+                                                    for column in panel[0]))
     figure, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 3.8), squeeze=False)
     for axis, (curves, title, limit) in zip(axes[0], panels, strict=True):
         for column, label in curves.items():
-            axis.plot(step, later[column].to_numpy(), lw=1.5, label=label)
+            if column in later:
+                axis.plot(time, later[column].to_numpy(), lw=1.5, label=label,
+                          ls=":" if column.startswith("half_step") else "-")
         if limit is not None:
             axis.axhline(limit, color="k", ls="--", lw=1, label="limit")
         if limit is not None or len(curves) > 1:
             axis.legend(fontsize=8)
-        if len(curves) > 1:  # fractions of sequences
+        if "selection_fraction" in curves:  # fractions of sequences
             axis.set_ylim(-0.03, 1.03)
         axis.set_xscale("log")
-        axis.set_xlabel("GD step t")
+        axis.set_xlabel("flow time t")
         axis.set_title(title, fontsize=10)
         axis.grid(alpha=0.3)
     return figure

@@ -1,20 +1,24 @@
-"""Theory checks along a gradient-flow trajectory: |p_t|, selection (Lemma 4.4), max-margin (Theorem 4.3).
+"""Theory checks along a gradient-flow trajectory: |p_t|, selection (Lemma 4.4), max-margin (Theorem 4.3), and
+whether the discrete steps follow the flow.
 
 p_mm is solved for the selection made by the final p_T; the cosine and the normalised margin are then
-computed for every logged p_t. Theorem 4.3 with Lemma 4.4 says more: the limit direction is the max-margin
+computed for every recorded p_t. Theorem 4.3 with Lemma 4.4 says more: the limit direction is the max-margin
 direction of the selection of the important tokens, p_mm* (each sequence's important tokens against its
 others); cos(p_T, p_mm*) is measured too. Under Assumption 1, once p_T selects exactly the important tokens,
 the two coincide.
 
-Lemma 4.2 (|p_t| grows without bound) is read off the growth of |p_t| on a logarithmic time scale: the
-increase over the last half of the run against the increase over the quarter before. Growth like log t, the
-rate of gradient descent on a loss without a finite minimiser, gives 1; a bounded |p_t| approaching its limit
-like 1/t gives 1/2, and one approaching it geometrically far less.
+Lemma 4.2 (|p_t| grows without bound) is read off the slope of |p_t| against log t over the second half of the
+flow, t in [T/2, T], set against its average slope since the flow started to move (from the first record where
+|p_t| has covered a tenth of its total change): `log_growth`. Steady growth like log t, the rate of gradient
+flow on a loss without a finite minimiser (|p_t| ~ |p_mm| log t under Assumption 1), keeps its rate and gives
+about 1 (less while the fast start still weighs in the average); a bounded |p_t| that has settled near its
+limit gives about 0. The threshold, 1/2, lies half way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -23,7 +27,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
 from toksel.errors import ToksError
 from toksel.models.fused import FusedBags
-from toksel.theory.gradient_flow import Trajectory, run_gradient_flow
+from toksel.theory.gradient_flow import RECORDS_PER_DOUBLING, Trajectory, halved, run_gradient_flow
 from toksel.theory.max_margin import (
     MaxMarginSolution,
     constraint_pairs,
@@ -33,53 +37,71 @@ from toksel.theory.max_margin import (
 )
 from toksel.theory.selection import selected_entries, selection_fraction
 
-GROWTH_CAP = 2.0  # linear growth (normalised steps); beyond it the ratio says no more
+MOVED = 0.1  # the flow has started to move once |p_t| has covered this share of its change up to T
 
 
-def p_norm_growth(steps: np.ndarray, p_norm: np.ndarray, resolution: float = 1e-3) -> float:
-    """(|p_T| - |p_{T/2}|) / (|p_{T/2}| - |p_{T/4}|) at the last logged steps at or before T, T/2 and T/4, in
-    [0, GROWTH_CAP].
-
-    A fall counts as no growth, and so does a change smaller than resolution |p_T| over half the run: log t
-    growth adds |p_T| log 2 / log T there (7 % for T = 20,000), a hundred times more; a flow that has settled
-    but still creeps by rounding or along a flat valley gives 0, not the ratio of two tiny changes, and a late
-    rise after an early fall the cap. NaN for a run too short to have three distinct points.
-    """
-    T = int(steps[-1])
-
-    def at(step: int) -> tuple[int, float]:
-        index = int(np.searchsorted(steps, step, side="right")) - 1
-        return index, float(p_norm[index])
-
-    (first, quarter), (second, half), (third, end) = at(T // 4), at(T // 2), at(T)
-    if len({first, second, third}) < 3:
-        return float("nan")
-    floor = resolution * abs(end)
-    late, early = end - half, half - quarter
-    if late <= floor:
+def log_growth(times: np.ndarray, p_norm: np.ndarray) -> float:
+    """The slope of |p_t| against log t over [T/2, T] over its average slope from the time t_0 the flow started
+    to move to T. times: 0, then the record times (three per doubling, the last at T). 0 when |p_t| ends where it
+    began; NaN when it moved only at the very end (no average to compare with)."""
+    end, half = float(p_norm[-1]), float(p_norm[-1 - RECORDS_PER_DOUBLING])
+    change = end - float(p_norm[0])
+    if change <= 0:
         return 0.0
-    return min(late / max(early, floor), GROWTH_CAP)
+    recorded, norms = times[1:], p_norm[1:]
+    start = int(np.argmax(norms - p_norm[0] >= MOVED * change))
+    if recorded[start] >= recorded[-1]:
+        return float("nan")
+    late = (end - half) / math.log(2)
+    average = (end - float(norms[start])) / math.log(recorded[-1] / recorded[start])
+    return late / average if average > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class FlowAgreement:
+    """The flow against the same run with every step halved, at the same flow times."""
+
+    p_norm_gap: float  # the largest | |p_t| - |p'_t| | / |p'_t| over the records
+    loss_gap: float  # the largest |L_t - L'_t| over the records, as a share of the loss's fall from 0 to T
+    selection_gap: float  # | selection fraction at T - the halved run's |
+    angle: float  # radians between p_T and p'_T
+
+    def faithful(self, tolerance: float) -> bool:
+        return max(self.p_norm_gap, self.loss_gap, self.selection_gap, self.angle) <= tolerance
+
+    def metrics(self, tolerance: float) -> dict[str, float]:
+        return {"half_step_p_norm_gap": self.p_norm_gap, "half_step_loss_gap": self.loss_gap,
+                "half_step_selection_gap": self.selection_gap, "half_step_angle": self.angle,
+                "flow_faithful": float(self.faithful(tolerance))}
+
+
+def agreement(run: Trajectory, finer: Trajectory, selection: float, finer_selection: float) -> FlowAgreement:
+    fall = max(float(finer.loss[0] - finer.loss[-1]), 1e-12)
+    cos = float(np.clip(cosine(run.p[-1], finer.p[-1]), -1.0, 1.0))
+    return FlowAgreement(float(np.max(np.abs(run.p_norm - finer.p_norm) / finer.p_norm)),
+                         float(np.max(np.abs(run.loss - finer.loss)) / fall), abs(selection - finer_selection),
+                         math.acos(cos))
 
 
 @dataclass(frozen=True)
 class ConvergenceReport:
-    history: dict[str, np.ndarray]  # step, loss, p_norm, selection fractions, cos_max_margin, normalized_margin
+    history: dict[str, np.ndarray]  # flow_time, loss, p_norm, selection fractions, cos_max_margin, normalized_margin
     max_margin: MaxMarginSolution
     n_constraints: int
     cos_important: float | None = None  # cos(p_T, p_mm*) for the selection of the important tokens
 
     def final_metrics(self) -> dict[str, float]:
-        last = {name: float(values[-1]) for name, values in self.history.items() if name != "step"}
-        p_norm, loss = self.history["p_norm"], self.history["loss"]
+        last = {name: float(values[-1]) for name, values in self.history.items()}
+        p_norm, loss, times = self.history["p_norm"], self.history["loss"], self.history["flow_time"]
         return {
             **last,
             "max_margin_norm": self.max_margin.norm,
             "margin_ratio": last["normalized_margin"] * self.max_margin.norm,
             "p_norm_increasing_fraction": float(np.mean(np.diff(p_norm) > 0)) if len(p_norm) > 1 else float("nan"),
-            "loss_decreasing_fraction": float(np.mean(np.diff(loss) < 0)) if len(loss) > 1 else float("nan"),
+            "loss_decreasing_fraction": float(np.mean(np.diff(loss) <= 0)) if len(loss) > 1 else float("nan"),
             "n_constraints": float(self.n_constraints),
-            "steps": float(self.history["step"][-1]),
-            "p_norm_growth": p_norm_growth(self.history["step"], p_norm),
+            "log_growth": log_growth(times, p_norm),
+            "p_norm_last_doubling": float(p_norm[-1] - p_norm[-1 - RECORDS_PER_DOUBLING]),
             "cos_max_margin_important": self.cos_important,
         }
 
@@ -109,9 +131,9 @@ def analyse_trajectory(
         same = len(wanted) == len(pairs) and np.array_equal(wanted, pairs)
         target = solution if same else solve_max_margin(E, wanted)
         cos_important = cosine(trajectory.p[-1], target.direction) if target.solved else None
-    nan = np.full(len(trajectory.steps), np.nan)
+    nan = np.full(len(trajectory.times), np.nan)
     history = {
-        "step": trajectory.steps,
+        "flow_time": trajectory.times,
         "loss": trajectory.loss,
         "p_norm": trajectory.p_norm,
         "selection_fraction": np.array([selection_fraction(chosen, important, split) for chosen in selections]),
@@ -137,59 +159,64 @@ def importance_scores(scores: np.ndarray, tokens: TokenTable) -> dict[str, float
 @dataclass(frozen=True)
 class GradientFlowResult:
     trajectory: Trajectory
+    halved: Trajectory  # the same run with every step halved
     report: ConvergenceReport
-    metrics: dict[str, float]  # the report's final values and the mean E_s^T p_T of important / least important
+    metrics: dict[str, float]  # the report's final values, the mean E_s^T p_T of important / least important tokens,
+    # the steps taken and the agreement with the halved run
 
 
 class FlowSettings(Protocol):
     """What the flow and its checks read (the gradient_flow section of params.yaml has these fields): theory
     takes them by shape, not from the config."""
 
-    steps: int  # GD steps on p
-    lr: float  # the step size (the step's length if normalized)
-    normalized: bool  # p <- p - lr grad / |grad|
-    log_every: int  # record every this many steps
+    horizon: float  # the flow time T the flow is followed to
+    tolerance: float  # the local error a step may make, relative to max(|p|, 1)
+    agreement: float  # the flow and its halved run agree when every gap is at most this
     selection_tol: float  # s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol
     max_margin: bool  # solve the max-margin QP of Theorem 4.3
-    control_contraction: float  # Lemma 4.2's control: how strongly the penalty contracts p
+    control_penalty: float  # Lemma 4.2's control: the penalty lambda = control_penalty / horizon
 
 
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: TokenTable,
                          settings: FlowSettings, progress: bool = False,
                          important_direction: bool = True) -> GradientFlowResult:
-    """GD on p from p0 with E frozen, on the training split, then the theory checks along the way (without
-    `important_direction`, cos_max_margin_important is left null: a second QP that not every caller reads)."""
+    """The flow on p from p0 with E frozen, on the training split, to flow time settings.horizon; the theory
+    checks along the way (without `important_direction`, cos_max_margin_important is left null: a second QP
+    that not every caller reads); the same run with its steps halved, and how far the two differ."""
     bags = FusedBags.from_split(train, tokens.num_classes)
-    trajectory = run_gradient_flow(E, p0, v, bags, steps=settings.steps, lr=settings.lr,
-                                   normalized=settings.normalized, log_every=settings.log_every, progress=progress)
+    trajectory = run_gradient_flow(E, p0, v, bags, settings.horizon, settings.tolerance, progress=progress)
     report = analyse_trajectory(trajectory, E, train, tokens.important, settings.selection_tol, settings.max_margin,
                                 important_direction)
-    metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens)}
-    return GradientFlowResult(trajectory, report, metrics)
+    finer = halved(E, p0, v, bags, trajectory, settings.horizon)
+    finer_selection = selection_fraction(selected_entries(E @ finer.p[-1] / np.linalg.norm(finer.p[-1]), train,
+                                                          settings.selection_tol), tokens.important, train)
+    check = agreement(trajectory, finer, float(report.history["selection_fraction"][-1]), finer_selection)
+    metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens),
+               **check.metrics(settings.agreement), "steps": float(trajectory.steps),
+               "rejected_steps": float(trajectory.rejected), "first_step_change": trajectory.first_step_change}
+    return GradientFlowResult(trajectory, finer, report, metrics)
 
 
-def control_metrics(E0: np.ndarray, E1: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit,
-                    tokens: TokenTable, settings: FlowSettings) -> dict[str, float | None]:
-    """The negative controls of the gradient-flow claims, as control_<metric>:
+def control_metrics(E1: np.ndarray, E1_null: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit,
+                    tokens: TokenTable, settings: FlowSettings, bounded: bool = True) -> dict[str, float | None]:
+    """The negative controls of the gradient-flow claims, as control_<metric>: each the same measurement on a
+    near miss, a run where everything is as in the claim but the claimed effect.
 
-    - Lemma 4.2: the same GD on the loss plus lambda/2 |p|^2, which has a finite minimiser, so |p_t| must stop
-      growing, for a quarter of the flow's steps (T'); lambda = control_contraction / (lr T'), at most 1/lr (a
-      step then lands on -lr grad L), so that the penalty alone would shrink p by e^-control_contraction. It
-      must be strong: a weak penalty leaves the loss's own landscape in charge (on IMDB, with e^-20 over the
-      whole run, p sat at a saddle near |p| = 3 for 600 steps, then escaped to 7 and still crept on).
-      Plain steps only: normalised steps of fixed length circle such a minimiser instead of settling, so with
-      gradient_flow.normalized the control is not run (null).
-    - Lemma 4.4 and Theorem 4.3 (when the QP is requested): the flow with E frozen at E0, no step taken.
+    - Lemma 4.2 (`bounded`): the same flow over the same horizon on the loss plus lambda/2 |p|^2, which has a
+      finite minimiser; lambda = control_penalty / T puts the penalty's time scale at a fraction of the horizon,
+      so |p_t| grows like the flow's at first, then levels off at a bound it reaches within the run. A check
+      that reads a rise of |p_t| anywhere, or growth before the bound, would pass it.
+    - Lemma 4.4 and Theorem 4.3 (when the QP is requested): the flow with E frozen at E1_null, the one step taken
+      on labels that carry no signal (one_step's control): E moved as much, but not along alpha_s.
     """
-    bags = FusedBags.from_split(train, tokens.num_classes)
-    growth = None
-    if not settings.normalized:  # a quarter of the flow's steps, logged at its T/4, T/2 and T
-        steps = max(4, settings.steps // 4)
-        penalised = run_gradient_flow(E1, p0, v, bags, steps=steps, lr=settings.lr, log_every=max(1, steps // 4),
-                                      penalty=min(settings.control_contraction / steps, 1.0) / settings.lr)
-        growth = p_norm_growth(penalised.steps, penalised.p_norm)
-    controls: dict[str, float | None] = {"control_p_norm_growth": growth}
-    if settings.max_margin:  # only its end is judged: logged at the start and the end
-        no_step = follow_gradient_flow(E0, p0, v, train, tokens, replace(settings, log_every=settings.steps)).metrics
-        controls |= {f"control_{name}": no_step[name] for name in ("selection_fraction", "cos_max_margin_important")}
+    controls: dict[str, float | None] = {}
+    if bounded:
+        bags = FusedBags.from_split(train, tokens.num_classes)
+        flow = run_gradient_flow(E1, p0, v, bags, settings.horizon, settings.tolerance,
+                                 penalty=settings.control_penalty / settings.horizon)
+        controls |= {"control_log_growth": log_growth(flow.times, flow.p_norm),
+                     "control_p_norm": float(flow.p_norm[-1])}
+    if settings.max_margin:
+        null = follow_gradient_flow(E1_null, p0, v, train, tokens, settings).metrics
+        controls |= {f"control_{name}": null[name] for name in ("selection_fraction", "cos_max_margin_important")}
     return controls

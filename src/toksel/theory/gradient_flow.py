@@ -1,14 +1,24 @@
-"""Gradient flow on p with E frozen (Lemmas 4.2 and 4.4, Theorem 4.3), simulated by full-batch GD.
+"""Gradient flow on p with E frozen (Lemmas 4.2 and 4.4, Theorem 4.3), followed in flow time.
 
-Plain GD: p <- p - lr * grad. Normalised GD: p <- p - lr * grad / |grad|, the same path as gradient flow up
-to a change of time, which reaches the late, slowly turning part of the path in far fewer steps.
+The flow dp/dt = -grad L(p) is integrated by gradient steps of adaptive length, p <- p - eta grad L(p), each
+advancing flow time by eta. A step is kept when its local error, estimated by the difference with the
+trapezoidal (Heun) step, (eta / 2) |grad L(p_new) - grad L(p)|, is at most `tolerance` max(|p|, 1); its
+successor's eta is then scaled by how much room the error left (the usual controller, exponent 1/2 for this
+first-order pair). Where the loss is flat, as |p| grows, the steps grow with t: a flow time of 1e6 takes a few
+hundred steps where a fixed rate needs 1e4 or more. Where the problem is stiff (real data), the steps stay near
+the stability limit of plain gradient descent and the flow costs what plain descent at its best rate costs.
+
+The trajectory is recorded at fixed flow times, three per doubling of t up to the horizon (every step is cut
+to land on them), so that two runs are compared at the same times whatever their steps. `halved` replays a
+run with every step split in two: the check that the steps follow the flow.
+
 Each step costs two products with E (a = E p, grad = E^T dL/da) and one fused pass over the corpus, all on
 numba's threads. Two classes: v is one output vector; K > 2: V holds one per class, as columns.
 """
 
 from __future__ import annotations
 
-import warnings
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,67 +29,124 @@ from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
 from toksel.models.threads import pass_threads
 
+RECORDS_PER_DOUBLING = 3
+RECORDED_DOUBLINGS = 20  # the first record at horizon / 2^20 (about 1e-6 of it)
+MAX_STEPS = 200_000  # a flow that needs more is too stiff for its horizon: the stage says so
+FIRST_STEP = 1e-3  # the first step's length, as a share of max(|p_0|, 1): the controller takes it from there
+
+
+def record_times(horizon: float) -> np.ndarray:
+    """0, then horizon 2^(-k/3) for k = 60, ..., 0: three records per doubling of t, the last at the horizon."""
+    exponents = np.arange(RECORDS_PER_DOUBLING * RECORDED_DOUBLINGS, -1, -1) / RECORDS_PER_DOUBLING
+    return np.concatenate([[0.0], horizon * 2.0 ** -exponents])
+
 
 @dataclass(frozen=True)
 class Trajectory:
-    steps: np.ndarray  # (k,) the logged steps
-    loss: np.ndarray  # (k,)
-    p: np.ndarray  # (k, d) p_t at the logged steps
+    times: np.ndarray  # (k,) the record times: 0, then record_times(horizon)
+    loss: np.ndarray  # (k,) the loss (penalty included) at each record
+    p: np.ndarray  # (k, d) p_t at each record
+    step_sizes: np.ndarray  # every kept step's eta, in order: what `halved` replays
+    rejected: int  # steps the controller refused and retried shorter
+    first_step_change: float  # |p_1 - p_0| / |p_0|: a first step that throws p far from its start is too large
 
     @property
     def p_norm(self) -> np.ndarray:
         return np.linalg.norm(self.p, axis=1)
 
-
-def run_gradient_flow(
-    E: np.ndarray,
-    p0: np.ndarray,
-    v: np.ndarray,
-    bags: FusedBags,
-    steps: int,
-    lr: float,
-    normalized: bool = False,
-    log_every: int = 100,
-    progress: bool = False,
-    penalty: float = 0.0,
-) -> Trajectory:
-    """GD on p for `steps` steps; logs step 0, every `log_every` steps, and the last step.
-
-    penalty: GD on the loss plus penalty/2 |p|^2 instead (a loss with a finite minimiser: Lemma 4.2's control).
-    """
-    values = E @ v  # b = E v (B = E V) is fixed while only p moves
-    with pass_threads(len(bags.tokens), E.size):
-        return _descend(np.ascontiguousarray(E), p0.astype(np.float64, copy=True), values, bags, steps, lr,
-                        normalized, log_every, progress, penalty)
+    @property
+    def steps(self) -> int:
+        return len(self.step_sizes)
 
 
-def _descend(E: np.ndarray, p: np.ndarray, values: np.ndarray, bags: FusedBags, steps: int, lr: float,
-             normalized: bool, log_every: int, progress: bool, penalty: float) -> Trajectory:
-    logged_steps, losses, snapshots = [], [], []
+class FlowField:
+    """-grad (L + penalty/2 |p|^2) and the loss at p, for E frozen; counts its evaluations."""
 
-    def log(step: int, loss: float) -> None:
-        logged_steps.append(step)
-        losses.append(loss)
-        snapshots.append(p.copy())
+    def __init__(self, E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty: float) -> None:
+        self.E, self.values, self.bags, self.penalty = np.ascontiguousarray(E), E @ v, bags, penalty
 
-    for step in tqdm(range(steps + 1), desc="gradient flow", disable=not progress, mininterval=1.0):
-        loss, grad_scores, _ = loss_and_token_gradients(scores(E, p), values, bags, with_values=False)
+    def __call__(self, p: np.ndarray) -> tuple[float, np.ndarray]:
+        loss, grad_scores, _ = loss_and_token_gradients(scores(self.E, p), self.values, self.bags, with_values=False)
         if not np.isfinite(loss):
-            raise ToksError(f"gradient flow diverged at step {step} (loss {loss}): lower gradient_flow.lr")
-        if step % log_every == 0 or step == steps:
-            log(step, loss)
-        if step == steps:
+            raise ToksError(f"gradient flow: the loss is {loss} at |p| = {np.linalg.norm(p):.3g}")
+        gradient = transposed_product(self.E, grad_scores)
+        if self.penalty:
+            gradient += self.penalty * p
+            loss += self.penalty / 2 * float(p @ p)
+        return loss, gradient
+
+
+def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, horizon: float,
+                      tolerance: float, penalty: float = 0.0, progress: bool = False) -> Trajectory:
+    """The flow from p0 up to flow time `horizon`, error-controlled steps (tolerance: the local error allowed per
+    step, relative to max(|p|, 1)); penalty: the flow of L + penalty/2 |p|^2, a loss with a finite minimiser."""
+    field = FlowField(E, v, bags, penalty)
+    with pass_threads(len(bags.tokens), E.size):
+        return _integrate(field, p0.astype(np.float64, copy=True), record_times(horizon), tolerance, progress)
+
+
+def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: Trajectory, horizon: float,
+           penalty: float = 0.0) -> Trajectory:
+    """`run` again with every one of its steps split into two of half the length: the same flow times, twice the
+    steps. Where the steps follow the flow, the two agree to the discretisation's error."""
+    field = FlowField(E, v, bags, penalty)
+    halves = np.repeat(run.step_sizes / 2, 2)
+    with pass_threads(len(bags.tokens), E.size):
+        return _replay(field, p0.astype(np.float64, copy=True), record_times(horizon), halves)
+
+
+def _integrate(field: FlowField, p: np.ndarray, times: np.ndarray, tolerance: float, progress: bool) -> Trajectory:
+    loss, gradient = field(p)
+    losses, snapshots, sizes, rejected = [loss], [p.copy()], [], 0
+    start_norm = max(float(np.linalg.norm(p)), 1e-300)
+    t, record, first_change = 0.0, 1, 0.0
+    eta = FIRST_STEP * max(1.0, start_norm) / max(float(np.linalg.norm(gradient)), 1e-300)
+    bar = tqdm(total=len(times) - 1, desc="gradient flow", disable=not progress, mininterval=1.0)
+    while record < len(times):
+        if not np.any(gradient):  # at rest (or every exp underflowed): the flow stays where it is
+            losses += [loss] * (len(times) - record)
+            snapshots += [p.copy()] * (len(times) - record)
             break
-        gradient = transposed_product(E, grad_scores)
-        if penalty:
-            gradient += penalty * p
-        largest = np.abs(gradient).max()
-        if largest == 0:  # every non-selected exp(score) underflowed: float64 can follow the flow no further
-            warnings.warn(f"gradient flow: the gradient underflowed to 0 at step {step}; stopping there",
-                          stacklevel=2)
-            if logged_steps[-1] != step:
-                log(step, loss)
-            break
-        # Rescale before the norm: the squares of a 1e-160 gradient would underflow.
-        p -= lr * (gradient / largest / np.linalg.norm(gradient / largest) if normalized else gradient)
-    return Trajectory(np.array(logged_steps), np.array(losses), np.stack(snapshots))
+        step = min(eta, times[record] - t)
+        candidate = p - step * gradient
+        new_loss, new_gradient = field(candidate)
+        error = step / 2 * float(np.linalg.norm(new_gradient - gradient))
+        allowed = tolerance * max(1.0, float(np.linalg.norm(p)))
+        growth = min(2.0, max(0.2, 0.9 * math.sqrt(allowed / max(error, 1e-300))))
+        if error > allowed:
+            eta, rejected = step * growth, rejected + 1
+            continue
+        if not sizes:
+            first_change = step * float(np.linalg.norm(gradient)) / start_norm
+        p, loss, gradient, t = candidate, new_loss, new_gradient, t + step
+        sizes.append(step)
+        eta = max(eta, step) * growth  # a step cut to land on a record does not shrink the next one
+        if len(sizes) > MAX_STEPS:
+            raise ToksError(f"gradient flow: {MAX_STEPS:,} steps reached flow time {t:.3g} of the horizon "
+                            f"{times[-1]:.3g}: the problem is too stiff for it; lower gradient_flow.horizon")
+        if t >= times[record] * (1 - 1e-12):
+            t = times[record]
+            losses.append(loss)
+            snapshots.append(p.copy())
+            record += 1
+            bar.update()
+    bar.close()
+    return Trajectory(times, np.array(losses), np.stack(snapshots), np.array(sizes), rejected, first_change)
+
+
+def _replay(field: FlowField, p: np.ndarray, times: np.ndarray, sizes: np.ndarray) -> Trajectory:
+    loss, gradient = field(p)
+    losses, snapshots = [loss], [p.copy()]
+    first_change = float(sizes[0] * np.linalg.norm(gradient) / max(np.linalg.norm(p), 1e-300)) if len(sizes) else 0.0
+    t, record = 0.0, 1
+    for step in sizes:
+        p = p - step * gradient
+        loss, gradient = field(p)
+        t += step
+        while record < len(times) and t >= times[record] * (1 - 1e-9):
+            losses.append(loss)
+            snapshots.append(p.copy())
+            record += 1
+    losses += [loss] * (len(times) - record)  # a run that came to rest before its horizon
+    snapshots += [p.copy()] * (len(times) - record)
+    return Trajectory(times, np.array(losses), np.stack(snapshots), sizes, 0, first_change)

@@ -22,16 +22,33 @@ from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.one_layer import initialise
 
 
-def one_gradient_step_on_embeddings(
-    E0: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, eta0: float
-) -> np.ndarray:
-    """E1 = E0 - eta0 grad_E L(p0, E0), with grad_E L = (dL/da) p0^T + (dL/dB) V^T; p0 and V do not move.
+@dataclass(frozen=True)
+class EmbeddingUpdate:
+    """One step's change of E in factored form, E1 - E0 = along_p p0^T + along_v V^T: it only moves each E_s
+    within span(p0, v_1, .., v_K), so |S| (K + 1) numbers hold what an |S| x d matrix would."""
+
+    along_p: np.ndarray  # (|S|,): -eta0 dL/da
+    along_v: np.ndarray  # (|S|, K'): -eta0 dL/db, one column per output vector
+
+    def applied(self, E0: np.ndarray, p0: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """E0 plus the update."""
+        return E0 + np.outer(self.along_p, p0) + self.along_v @ v.reshape(len(p0), -1).T
+
+
+def embedding_update(E0: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, eta0: float) -> EmbeddingUpdate:
+    """-eta0 grad_E L(p0, E0), with grad_E L = (dL/da) p0^T + (dL/dB) V^T; p0 and V do not move.
 
     v: (d,) for two classes, (d, K) for K > 2.
     """
     _, grad_scores, grad_values = loss_and_token_gradients(E0 @ p0, E0 @ v, bags)
-    values_part = grad_values.reshape(len(E0), -1) @ v.reshape(len(p0), -1).T
-    return E0 - eta0 * (np.outer(grad_scores, p0) + values_part)
+    return EmbeddingUpdate(-eta0 * grad_scores, -eta0 * grad_values.reshape(len(E0), -1))
+
+
+def one_gradient_step_on_embeddings(
+    E0: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, eta0: float
+) -> np.ndarray:
+    """E1 = E0 - eta0 grad_E L(p0, E0)."""
+    return embedding_update(E0, p0, v, bags, eta0).applied(E0, p0, v)
 
 
 def theory_slope(eta0: float, num_classes: int) -> float:
@@ -83,25 +100,32 @@ def alignment_metrics(
 class OneStep:
     E0: np.ndarray  # (|S|, d) the Gaussian initialisation
     E1: np.ndarray  # after the step
+    null_update: EmbeddingUpdate  # the same step on labels that carry no signal (the controls' embeddings)
     p0: np.ndarray  # (d,)
     v: np.ndarray  # (d,), or (d, K) for K > 2 classes
-    metrics: dict[str, float]  # alignment_metrics over the tokens that occur, and the no-step control's
+    metrics: dict[str, float]  # alignment_metrics over the tokens that occur, and the control's
 
 
-def one_step_from_initialisation(train: PackedSplit, tokens: TokenTable, d: int, seed: int,
-                                 eta0: float) -> OneStep:
-    """Draw E0, p0 ~ N(0, I/d) and v (K orthonormal v_k), take the step on the training split, and measure it."""
+def one_step_from_initialisation(train: PackedSplit, tokens: TokenTable, d: int, seed: int, eta0: float,
+                                 null_seed: tuple[int, ...] | int = 0) -> OneStep:
+    """Draw E0, p0 ~ N(0, I/d) and v (K orthonormal v_k), take the step on the training split, and measure it.
+
+    The negative control is a near miss: the same step from the same draw on the same sequences with their labels
+    shuffled (PackedSplit.with_shuffled_labels, seeded by null_seed), so that E moves by as much but not along
+    the alpha_s it is regressed on. Its slope and r spread around 0 with the chance agreement of the shuffle.
+    """
     classes = tokens.num_classes
     if classes > d:
         raise ToksError(f"{classes} classes need {classes} orthonormal output vectors: model.d = {d} is too small")
     init = initialise(train.vocab_size, d, seed, num_classes=classes)
     E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
     E1 = one_gradient_step_on_embeddings(E0, p0, v, FusedBags.from_split(train, classes), eta0)
+    null_update = embedding_update(E0, p0, v, FusedBags.from_split(train.with_shuffled_labels(null_seed), classes),
+                                   eta0)
     # Two classes: the paper's alpha_s with slope eta0/2 (exact, the regression's x); K: each alpha_s^(k).
     alpha = tokens.column("alpha") if tokens.binary else tokens.per_class("alpha")
     present, slope = np.flatnonzero(tokens.occurring()), theory_slope(eta0, classes)
     metrics = alignment_metrics(E0, E1, v, alpha, slope, present)
-    # The negative control: the same regression with no step taken, E0^T v against alpha_s.
-    no_step = alignment_metrics(np.zeros_like(E0), E0, v, alpha, slope, present)
-    metrics |= {f"control_{name}": no_step[name] for name in ("slope_rel_error", "pearson_r")}
-    return OneStep(E0, E1, p0, v, metrics)
+    null = alignment_metrics(E0, null_update.applied(E0, p0, v), v, alpha, slope, present)
+    metrics |= {f"control_{name}": null[name] for name in ("slope_rel_error", "pearson_r")}
+    return OneStep(E0, E1, null_update, p0, v, metrics)
