@@ -18,11 +18,12 @@ import numpy as np
 
 from benchmarks.timing import timed
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.theory.gradient_flow import FlowField
 
 STEPS = 100
@@ -74,8 +75,8 @@ class StepRate:
 
 
 def measure(dataset: str = "imdb", repeats: int = 5) -> StepRate:
-    train = PackedSplit.load(processed_dir(dataset) / "train.npz")
-    bags = FusedBags.from_split(train, read_token_table(processed_dir(dataset) / "tokens.csv").num_classes)
+    train = PackedSplit.load(data_dir(dataset, 0) / "train.npz")
+    bags = FusedBags.from_split(train, read_token_table(data_dir(dataset, 0) / "tokens.csv").num_classes)
     embeddings = read_npz(seed_dir(results_dir("one_step", dataset), 0) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(embeddings["E1"]), embeddings["p0"], embeddings["v"]
     values = E @ v

@@ -28,11 +28,12 @@ from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
 from benchmarks.timing import timed
 from toksel.config import first_seeds, load_config
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.prepared import prepare_text
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz
 from toksel.models.fused import FusedBags
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 
 DATASET = "imdb"
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def machine() -> list[str]:
 
 
 def loss_and_gradient(repeats: int) -> list[str]:
-    train = PackedSplit.load(processed_dir(DATASET) / "train.npz")
+    train = PackedSplit.load(data_dir(DATASET, 0) / "train.npz")
     bags = FusedBags.from_split(train)
     start = read_npz(seed_dir(results_dir("one_step", DATASET), 0) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(start["E1"]), start["p0"] * 10, start["v"]  # a peaked softmax, as after GD
@@ -173,7 +174,7 @@ def lightning(windows: int) -> list[str]:
     one = training.one_layer_step(config, DATASET, windows, steps=10)
     with training.autograd_products():
         plain = training.one_layer_step(config, DATASET, windows, steps=10)
-    vocabulary = len(read_token_table(processed_dir(DATASET) / "tokens.csv"))
+    vocabulary = len(read_token_table(data_dir(DATASET, 0) / "tokens.csv"))
     E_bytes = vocabulary * config.model.d * 4  # float32: precision 32-true
     bandwidth = gradient_flow_rate.read_bandwidth()
     floor = overheads.training_step_floor(E_bytes, bandwidth)
@@ -223,7 +224,7 @@ def fixed_cost(repeats: int) -> list[str]:
 
 
 def torch_against_numba(repeats: int) -> list[str]:
-    train = PackedSplit.load(processed_dir(DATASET) / "train.npz")
+    train = PackedSplit.load(data_dir(DATASET, 0) / "train.npz")
     start = read_npz(seed_dir(results_dir("one_step", DATASET), 0) / "embeddings.npz", producer="one_step")
     E, p, v = np.ascontiguousarray(start["E1"]), start["p0"], start["v"]
     times = overheads.pass_in_p(E, p, v, FusedBags.from_split(train), train, repeats)
@@ -242,7 +243,7 @@ def torch_against_numba(repeats: int) -> list[str]:
 @functools.cache
 def _dense_batch_gib(dataset: str) -> float:
     """n x T_max x d float32 of a dataset's train split, in GiB (each split read once)."""
-    split = PackedSplit.load(processed_dir(dataset) / "train.npz")
+    split = PackedSplit.load(data_dir(dataset, 0) / "train.npz")
     return split.n * int(split.lengths.max()) * load_config([f"dataset={dataset}"]).model.d * 4 / 2**30
 
 
@@ -256,7 +257,7 @@ def peak_memory() -> list[str]:
             continue
         dataset = path.parts[2] if len(path.parts) > 3 else ""
         dense = ""
-        if (processed_dir(dataset) / "train.npz").exists() and path.parts[1] in ("one_step", "gradient_flow",
+        if (data_dir(dataset, 0) / "draws.json").exists() and path.parts[1] in ("one_step", "gradient_flow",
                                                                                   "train", "evaluate"):
             dense = f"{_dense_batch_gib(dataset):,.1f} GiB"
         lines.append(f"| {path.parent} | {metrics['peak_memory_mb']:,.0f} MiB | {dense} |")

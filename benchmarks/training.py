@@ -20,12 +20,13 @@ import pytorch_lightning as pl
 import torch
 
 from toksel.config import Config
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz
 from toksel.memory import keep_freed_memory
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.training import classifier
 from toksel.training.classifier import BagClassifier, ClassifierModule
 from toksel.training.data import PackedDataModule
@@ -99,12 +100,12 @@ def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Th
     """The `train` stage's model (E, p, v trained) on `dataset`, from its one_step initialisation."""
     settings = config.train
     dtype = parameter_dtype(settings.precision)
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    tokens = read_token_table(data_dir(dataset, 0) / "tokens.csv")
     start = read_npz(seed_dir(results_dir("one_step", dataset), 0) / "embeddings.npz", producer="one_step")
     E, p, v = (torch.tensor(start[name], dtype=dtype) for name in ("E0", "p0", "v"))
     module = BagClassifier(E, p, v, torch.tensor(tokens.important), train_embeddings=True,
                            optimizer=settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay)
-    data = PackedDataModule(processed_dir(dataset), settings.batch_size, settings.val_fraction, config.seed,
+    data = PackedDataModule(data_dir(dataset, 0), settings.batch_size, settings.val_fraction, config.seed,
                             dtype)
     return measure(module, data, windows, steps, settings.precision)
 
@@ -113,12 +114,12 @@ def two_layer_step(config: Config, dataset: str, bucketed: bool, max_len: int | 
                    steps: int) -> Throughput:
     """The `ablation` stage's two-layer model at the CPU profile's d, reviews cut to `max_len` tokens."""
     settings, scale = config.train, config.sequence.cpu
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    tokens = read_token_table(data_dir(dataset, 0) / "tokens.csv")
     init = initialise(len(tokens), scale.d, config.seed, parameter_dtype(settings.precision),
                       tokens.num_classes)
     model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS["two_layer"], seed=config.seed)
     module = SequenceModule(model, torch.tensor(tokens.important), settings.optimizer,
                             settings.lr, settings.weight_decay)
-    data = SequenceDataModule(processed_dir(dataset), config.sequence.batch_size, settings.val_fraction,
+    data = SequenceDataModule(data_dir(dataset, 0), config.sequence.batch_size, settings.val_fraction,
                               config.seed, bucketed, max_len, scale.max_train, scale.max_test)
     return measure(module, data, windows, steps, settings.precision)

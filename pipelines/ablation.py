@@ -17,12 +17,13 @@ import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import file_digest
 from toksel.measurements import curve_settings
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.tracking import StageRun
 from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
@@ -39,7 +40,8 @@ def ablation(config: Config, run: StageRun) -> None:
     scale, variant = settings.profile, f"{dataset}/{settings.variant}"
     run.set_tag("variant", settings.variant)
     run.set_tag("mlflow.runName", f"ablation {settings.variant} seed {seed}")
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    folder = data_dir(dataset, seed)
+    tokens = read_token_table(folder / "tokens.csv")
     dtype = parameter_dtype(training.precision)
 
     def model(lr: float, shuffled: bool) -> SequenceModule:
@@ -49,13 +51,12 @@ def ablation(config: Config, run: StageRun) -> None:
                               training.weight_decay)
 
     def data(shuffled: bool) -> SequenceDataModule:
-        return SequenceDataModule(processed_dir(dataset), settings.batch_size, training.val_fraction, seed,
+        return SequenceDataModule(folder, settings.batch_size, training.val_fraction, seed,
                                   settings.bucketed, scale.max_len, scale.max_train, scale.max_test,
                                   label_seed=(config.base.data_seed, seed) if shuffled else None)
 
     rows = data(False)
-    fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(
-        processed_dir(dataset) / "train.npz")
+    fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")
     curves = curve_settings(config.train)
     trained = train_with_control(model, data, [training.lr], training, checkpoint_dir("ablation", variant)
                                  / f"seed{seed}", fingerprint, run, seed, show_progress(), tokens, curves,

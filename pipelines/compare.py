@@ -13,11 +13,10 @@ from toksel.claims import BY_ID, assess, claim_metrics
 from toksel.cli import run_stage
 from toksel.comparison import training_comparison
 from toksel.config import EMBEDDINGS, Config
-from toksel.data.token_table import read_token_table
 from toksel.io import write_json
 from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
-from toksel.paths import processed_dir, results_dir
+from toksel.paths import results_dir
 from toksel.report import PROTOCOL_NOTE, Row, markdown_table, publish_summary
 from toksel.tracking import StageRun
 
@@ -26,7 +25,6 @@ SECTIONS = ("base.seeds", "data", "train", "ablation.multiclass", "report")
 
 def compare(config: Config, run: StageRun) -> None:
     dataset = config.dataset
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
     runs = dataset_runs(dataset, config, arms=True)
     details = {"accuracy_gap": f"test accuracy {number(mean_over_seeds(runs, 'trained', 'test_accuracy'))} "
                                f"against {number(mean_over_seeds(runs, 'untrained', 'test_accuracy'))}"}
@@ -34,7 +32,7 @@ def compare(config: Config, run: StageRun) -> None:
         raw = [seed["trained"][f"bin_std_{curve}"] / seed["one_step"][f"bin_std_{curve}"] for seed in runs.values()
                if seed.get("trained", {}).get(f"bin_std_{curve}") and seed.get("one_step", {}).get(f"bin_std_{curve}")]
         details[f"spread_ratio_{curve}"] = f"raw per-bin std ratio {number(sum(raw) / len(raw) if raw else None)}"
-    measurements = dataset_measurements(dataset, config, "compare", details, tokens)
+    measurements = dataset_measurements(dataset, config, "compare", details)
     out = results_dir("compare", dataset)
     write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]

@@ -14,11 +14,12 @@ from matplotlib.figure import Figure
 from toksel.claims import BY_ID, assess, claim_metrics
 from toksel.cli import run_stage
 from toksel.config import Config
+from toksel.data.draws import data_dir
 from toksel.data.token_table import TokenTable, read_token_table
 from toksel.io import read_json, read_npz, require_output, write_csv, write_json
 from toksel.markdown import number
 from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.plots import (
     gradient_flow_figure,
     multiclass_one_step_figure,
@@ -98,7 +99,7 @@ def details(runs: dict, binary: bool) -> dict[str, str]:
 
 def evaluate(config: Config, run: StageRun) -> None:
     dataset, first = config.dataset, config.base.seeds[0]
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    tokens = read_token_table(data_dir(dataset, first) / "tokens.csv")  # the draw of the seed the figures show
     step_folder, flow_folder = (seed_dir(results_dir(stage, dataset), first) for stage in ("one_step", "gradient_flow"))
     embeddings = read_npz(step_folder / "embeddings.npz", producer="one_step")
     trajectory = read_npz(flow_folder / "trajectory.npz", producer="gradient_flow")

@@ -14,9 +14,10 @@ import pandas as pd
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, first_seeds
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz, write_csv, write_npz
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
 from toksel.theory.one_step import EmbeddingUpdate
 from toksel.tracking import StageRun
@@ -25,7 +26,7 @@ SECTIONS = ("base.seeds", "gradient_flow")
 
 
 def gradient_flow(config: Config, run: StageRun) -> None:
-    data, seed = processed_dir(config.dataset), config.seed
+    data, seed = data_dir(config.dataset, config.seed), config.seed
     embeddings = read_npz(seed_dir(results_dir("one_step", config.dataset), seed) / "embeddings.npz",
                           producer="one_step")
     train, tokens = PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv")

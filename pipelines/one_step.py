@@ -12,9 +12,10 @@ import sys
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import write_npz
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
 
@@ -22,7 +23,7 @@ SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step")
 
 
 def one_step(config: Config, run: StageRun) -> None:
-    data = processed_dir(config.dataset)
+    data = data_dir(config.dataset, config.seed)
     step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
                                         config.model.d, config.seed, config.one_step.eta0,
                                         null_seed=(config.base.data_seed, config.seed))

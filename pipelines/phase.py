@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from toksel.cli import run_stage
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.errors import ToksError
-from toksel.paths import phase_cell_key, phase_row_dir, processed_dir
+from toksel.paths import phase_cell_key, phase_row_dir
 from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun
@@ -33,7 +34,7 @@ def phase_row(config: Config, run: StageRun) -> None:
     if config.data.source != "synthetic" or config.data.synthetic.mode != "assumption1":
         raise ToksError(f"phase.dataset = {config.dataset!r} is not assumption1 synthetic data: the phase diagram "
                         "needs known important tokens and the max-margin QP (set phase.dataset=synthetic)")
-    data = processed_dir(config.dataset)
+    data = data_dir(config.dataset, config.seed)
     train, tokens = PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv")
     d = config.model.d
     run.set_tag("mlflow.runName", f"phase d={d}")

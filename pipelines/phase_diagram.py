@@ -17,10 +17,11 @@ from toksel import markdown
 from toksel.claims import BY_ID, Measurement
 from toksel.cli import run_stage
 from toksel.config import Config
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.errors import ToksError
 from toksel.io import read_json, require_output, write_csv, write_json
-from toksel.paths import phase_cell_key, phase_row_dir, processed_dir, results_dir
+from toksel.paths import phase_cell_key, phase_row_dir, results_dir
 from toksel.plots import phase_heatmap, power_law_figure, save_figure
 from toksel.report import publish_summary
 from toksel.theory.phase import (
@@ -68,7 +69,7 @@ def _edge(window: Window, which: str) -> str:
 def phase_diagram(config: Config, run: StageRun) -> None:
     settings, thresholds = config.phase, config.evaluate
     grid = read_grid(config)
-    tokens = read_token_table(processed_dir(settings.dataset) / "tokens.csv")
+    tokens = read_token_table(data_dir(settings.dataset, config.seed) / "tokens.csv")
     mean_abs_alpha = float(np.abs(tokens.column("alpha")[tokens.important]).mean())
     grid["selects"] = grid["selection_fraction"] >= thresholds.min_selection_fraction
     grid["max_margin"] = grid["selects"] & (grid["cos_max_margin"] >= thresholds.min_cos_max_margin)

@@ -1,4 +1,9 @@
-"""Stage `prepare`: load or generate a dataset, pack it (CSR bag of tokens + ordered ids), token statistics."""
+"""Stage `prepare`: load or generate a dataset, pack it (CSR bag of tokens + ordered ids), token statistics.
+
+Where the data are drawn (the synthetic generator, a subsample of a text split), each seed of base.seeds gets its
+own draw, data/processed/<dataset>/seed<k>/; a dataset used whole has one, data/processed/<dataset>/all/
+(toksel.data.draws). Each draw's metrics go into results/prepare/<dataset>/metrics.json under its folder's name.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,32 @@ import sys
 
 from toksel.cli import run_stage
 from toksel.config import Config
+from toksel.data.draws import draw_seed, draws, write_manifest
 from toksel.data.prepared import prepare_synthetic, prepare_text, summary_metrics
 from toksel.data.token_table import write_token_table
 from toksel.paths import processed_dir, results_dir
-from toksel.tracking import StageRun
+from toksel.tracking import StageRun, flatten
 
-SECTIONS = ("base.data_seed", "data")
+SECTIONS = ("base.data_seed", "base.seeds", "data")
 
 
 def prepare(config: Config, run: StageRun) -> None:
-    if config.data.source == "synthetic":
-        prepared = prepare_synthetic(config.data, config.base.data_seed)
-    else:
-        prepared = prepare_text(config.dataset, config.data, config.base.data_seed)
-    out = processed_dir(config.dataset)
-    for name, split in prepared.splits.items():
-        split.save(out / f"{name}.npz")
-    write_token_table(out / "tokens.csv", prepared.tokens)
-    run.record_metrics(results_dir("prepare", config.dataset) / "metrics.json", summary_metrics(prepared))
+    folders = draws(config.data, config.base.seeds)
+    metrics = {}
+    for name, seed in folders.items():
+        generator_seed = draw_seed(config.base.data_seed, seed)
+        if config.data.source == "synthetic":
+            prepared = prepare_synthetic(config.data, generator_seed)
+        else:
+            prepared = prepare_text(config.dataset, config.data, generator_seed)
+        out = processed_dir(config.dataset) / name
+        for split_name, split in prepared.splits.items():
+            split.save(out / f"{split_name}.npz")
+        write_token_table(out / "tokens.csv", prepared.tokens)
+        metrics[name] = summary_metrics(prepared)
+    write_manifest(config.dataset, folders, config.base.seeds)
+    run.record_metrics(results_dir("prepare", config.dataset) / "metrics.json", metrics)
+    run.log_metrics(flatten(metrics))  # the draws' metrics as <folder>.<name>
 
 
 def main(argv: list[str] | None = None) -> int:

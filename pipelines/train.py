@@ -19,12 +19,13 @@ import torch
 
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config, params_hash
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import file_digest, write_csv
 from toksel.measurements import curve_settings
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.tracking import StageRun
 from toksel.training.classifier import BagClassifier
@@ -38,7 +39,7 @@ SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train")
 
 def train(config: Config, run: StageRun) -> None:
     settings, dataset, seed = config.train, config.dataset, config.seed
-    folder = processed_dir(dataset)
+    folder = data_dir(dataset, seed)
     run.set_tag("mlflow.runName", f"train seed {seed}")
     tokens = read_token_table(folder / "tokens.csv")
     classes = tokens.num_classes

@@ -70,7 +70,7 @@ def test_a_damaged_intermediate_file_names_the_stage_to_rerun(prepared, capsys):
     assert gradient_flow.main(TINY) == 2
     error = _one_line(capsys, "gradient_flow")
     assert "embeddings.npz is damaged" in error and "run the one_step stage again" in error
-    tokens = prepared / "data" / "processed" / "synthetic" / "tokens.json"
+    tokens = prepared / "data" / "processed" / "synthetic" / "seed0" / "tokens.json"
     tokens.write_text("{not json")
     assert one_step.main(TINY) == 2
     assert "is damaged" in _one_line(capsys, "one_step")
@@ -94,7 +94,7 @@ def test_a_stage_that_fails_midway_keeps_every_old_output(prepared, capsys, monk
 def test_the_next_stage_finishes_a_half_done_replacement_and_removes_stale_temporary_files(prepared, capsys):
     """A stage killed between two renames: its journal lists them, and the next stage to start finishes them."""
     dead = 2**22 + 17  # above the default pid_max: no process has it
-    folder = prepared / "data" / "processed" / "synthetic"
+    folder = prepared / "data" / "processed" / "synthetic" / "seed0"
     new = {name: f".{name}.tmp-{dead}" for name in ("train.npz", "test.npz")}
     for name, tmp in new.items():
         (folder / tmp).write_bytes((folder / name).read_bytes())
@@ -158,4 +158,4 @@ def test_a_store_that_fails_midway_keeps_the_results_computed_before(project, ca
     monkeypatch.setattr(Store, "log_batch", vanished)
     assert prepare.main(TINY) == 0
     assert "failed (OSError: unable to open database file)" in capsys.readouterr().err
-    assert (project / "data" / "processed" / "synthetic" / "tokens.csv").exists()
+    assert (project / "data" / "processed" / "synthetic" / "seed0" / "tokens.csv").exists()

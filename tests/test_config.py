@@ -63,7 +63,7 @@ def test_stage_with_bad_override_exits_2_with_one_line_and_writes_nothing(projec
 def test_stage_missing_its_input_exits_2_naming_the_stage_to_run(project, capsys):
     assert one_step.main([]) == 2
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "run the prepare stage first" in error[0]
+    assert len(error) == 1 and "run the prepare@synthetic stage first" in error[0]
 
 
 def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():

@@ -13,8 +13,8 @@ from pipelines import report, train
 from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
 from toksel import explain
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.models.reading import read_sequence
-from toksel.paths import processed_dir
 from toksel.render_check import BROWSERS, render
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import batch_of_rows
@@ -38,7 +38,7 @@ def test_every_arm_keeps_its_model_and_its_reading_is_the_models_own(trained):
         if E is None:
             continue
         # The reading from the kept scores and values is the model's own output on the same review.
-        split = PackedSplit.load(processed_dir("synthetic") / "test.npz")
+        split = PackedSplit.load(data_dir("synthetic", 0) / "test.npz")
         module = BagClassifier(torch.tensor(E), torch.tensor(p), torch.tensor(v), torch.zeros(len(E), dtype=bool),
                                train_embeddings=True)
         with torch.no_grad():

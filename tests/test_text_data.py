@@ -93,7 +93,7 @@ def test_class_signed_frequency_matches_alpha_for_two_classes_and_its_definition
 
 def test_prepare_packs_a_mirror_dataset_with_unk_left_out_of_the_statistics(mirror_project):
     assert prepare.main(["dataset=tiny"]) == 0
-    table = read_token_table(mirror_project / "data" / "processed" / "tiny" / "tokens.csv")
+    table = read_token_table(mirror_project / "data" / "processed" / "tiny" / "all" / "tokens.csv")
     tokens = table.frame
     assert table.num_classes == 2 and tokens["word"].iloc[0] == UNKNOWN and tokens["special"].iloc[0]
     assert np.isnan(tokens["alpha"].iloc[0]) and tokens["count_class_1"].iloc[0] == 0
@@ -103,7 +103,7 @@ def test_prepare_packs_a_mirror_dataset_with_unk_left_out_of_the_statistics(mirr
     assert great["importance"] == great["alpha"] and great["alpha_class_1"] == pytest.approx(great["alpha"] / 2)
     assert tokens.set_index("word").loc["awful", "posterior_difference"] == -1
     assert "<" not in set(tokens["word"]) and "br" not in set(tokens["word"])
-    test = PackedSplit.load(mirror_project / "data" / "processed" / "tiny" / "test.npz")
+    test = PackedSplit.load(mirror_project / "data" / "processed" / "tiny" / "all" / "test.npz")
     assert test.seq_tokens[1] == 0  # "unseenword" -> <unk>
     assert tokens["important"].sum() >= 1
 
@@ -119,7 +119,7 @@ def test_a_real_mirror_dataset_prepares_when_the_shared_mirror_is_there(project,
                             "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, project / "params.yaml")
     assert prepare.main(["dataset=imdb"]) == 0
-    train = PackedSplit.load(project / "data" / "processed" / "imdb" / "train.npz")
+    train = PackedSplit.load(project / "data" / "processed" / "imdb" / "seed0" / "train.npz")
     assert train.n == 200 and np.bincount(train.labels).tolist() == [100, 100] and train.lengths.max() == 64
 
 
@@ -161,7 +161,7 @@ def _truncate(path, size):
                                   "mirror file not parquet", "text not UTF-8"])
 def test_bad_input_exits_2_with_one_line_and_overwrites_nothing(mirror_project, capsys, case):
     assert prepare.main(["dataset=tiny"]) == 0
-    out = mirror_project / "data" / "processed" / "tiny"
+    out = mirror_project / "data" / "processed" / "tiny" / "all"
     before = {path.name: path.read_bytes() for path in out.iterdir()}
     capsys.readouterr()
     change, message = _bad_input_cases(mirror_project)[case]
@@ -209,7 +209,7 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
                              "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
     assert prepare.main(["dataset=three"]) == 0
-    table = read_token_table(mirror_project / "data" / "processed" / "three" / "tokens.csv")
+    table = read_token_table(mirror_project / "data" / "processed" / "three" / "all" / "tokens.csv")
     assert table.num_classes == 3 and not {"alpha", "token_type", "count_positive"} & set(table.frame.columns)
     tokens = table.frame
     words = tokens[~tokens["special"]]
@@ -224,7 +224,7 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
 
 def test_a_token_table_read_with_other_classes_than_declared_is_refused(mirror_project):
     assert prepare.main(["dataset=tiny"]) == 0
-    path = mirror_project / "data" / "processed" / "tiny" / "tokens.csv"
+    path = mirror_project / "data" / "processed" / "tiny" / "all" / "tokens.csv"
     path.with_suffix(".json").write_text('{"num_classes": 3}')
     with pytest.raises(ToksError, match="does not hold 3 classes"):
         read_token_table(path)

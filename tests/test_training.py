@@ -15,9 +15,10 @@ from pipelines import compare, gradient_flow, train
 from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.measurements import EQUAL, MATCHED, grid_runs
-from toksel.paths import processed_dir, results_dir
+from toksel.paths import results_dir
 from toksel.theory.token_curves import binned_curve
 from toksel.tracking import stage_run
 from toksel.training.classifier import BagClassifier
@@ -72,10 +73,10 @@ class Crash(pl.Callback):
 
 def _fit_parts(config):
     embeddings = np.load(results_dir("one_step", "synthetic") / "seed0" / "embeddings.npz")
-    tokens = read_token_table(processed_dir("synthetic") / "tokens.csv")
+    tokens = read_token_table(data_dir("synthetic", 0) / "tokens.csv")
     module = BagClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
                            torch.tensor(tokens.important), train_embeddings=True, lr=0.02)
-    data = PackedDataModule(processed_dir("synthetic"), 16, 0.1, seed=0)
+    data = PackedDataModule(data_dir("synthetic", 0), 16, 0.1, seed=0)
     return module, data
 
 

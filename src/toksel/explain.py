@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from toksel.config import load_config
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import word_tokens
 from toksel.data.vocabulary import UNKNOWN, Vocabulary
 from toksel.errors import ToksError
 from toksel.io import read_json, read_npz, require_output
 from toksel.models.reading import Reading, read_sequence
-from toksel.paths import processed_dir
 from toksel.readings import class_name
 
 BAR = 30  # characters of the largest weight's bar
@@ -49,7 +49,7 @@ def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], 
     if config.data.tokenizer != "word":
         raise ToksError(f"explain reads word-tokenized datasets; {about['dataset']} uses data.tokenizer = "
                         f"{config.data.tokenizer!r}")
-    tokens = read_token_table(processed_dir(about["dataset"]) / "tokens.csv")
+    tokens = read_token_table(data_dir(about["dataset"], int(about.get("seed", 0))) / "tokens.csv")
     words = tokens.words
     found = word_tokens(text)[:config.data.max_len]
     if words[0] != UNKNOWN:  # a vocabulary without <unk> (synthetic data): a word outside it is left out

@@ -20,7 +20,8 @@ import pandas as pd
 
 from toksel.claims import CLAIMS, Measurement, in_scope, measure
 from toksel.config import EMBEDDINGS, Config, TrainConfig
-from toksel.data.token_table import TokenTable
+from toksel.data.draws import data_dir
+from toksel.data.token_table import read_token_table
 from toksel.io import read_json, read_npz
 from toksel.paths import results_dir, seed_dir
 from toksel.theory.token_curves import CurveSettings, token_curves
@@ -86,9 +87,9 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def theory_protocol_metrics(dataset: str, tokens: TokenTable, seed: int, curves: CurveSettings) -> dict[str, Any]:
+def theory_protocol_metrics(dataset: str, seed: int, curves: CurveSettings) -> dict[str, Any]:
     """The token-curve metrics of E1 with v0 and p_T from gradient flow (the one_step and gradient_flow stages of
-    `seed`); {} if either has not run."""
+    `seed`, on its draw of the data); {} if either has not run."""
     embeddings_path = seed_dir(results_dir("one_step", dataset), seed) / "embeddings.npz"
     trajectory_path = seed_dir(results_dir("gradient_flow", dataset), seed) / "trajectory.npz"
     if not (embeddings_path.exists() and trajectory_path.exists()):
@@ -96,26 +97,26 @@ def theory_protocol_metrics(dataset: str, tokens: TokenTable, seed: int, curves:
     embeddings = read_npz(embeddings_path, "one_step")
     p_final = read_npz(trajectory_path, "gradient_flow")["p"][-1]
     E1 = embeddings["E1"]
+    tokens = read_token_table(data_dir(dataset, seed) / "tokens.csv")
     return token_curves(tokens, E1 @ p_final, E1 @ embeddings["v"], curves)[0]
 
 
-def dataset_measurements(dataset: str, config: Config, producer: str, details: dict[str, str] | None = None,
-                         tokens: TokenTable | None = None) -> list[Measurement]:
+def dataset_measurements(dataset: str, config: Config, producer: str,
+                         details: dict[str, str] | None = None) -> list[Measurement]:
     """The claims stage `producer` (evaluate, compare) judges on `dataset` (config: its resolved config), and the
-    protocol variants of the training claims (compare: `tokens`, the token table, for the theory protocol's
-    curves); details: claim id -> a few words on what was measured."""
+    protocol variants of the training claims (compare); details: claim id -> a few words on what was measured."""
     runs, details = dataset_runs(dataset, config, arms=producer == "compare"), details or {}
     claims = [claim for claim in CLAIMS
               if claim.producer == producer and in_scope(claim, dataset, config.data, config)]
     measured = [measure(claim, dataset, runs, details.get(claim.id, "")) for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
-    if not variants or tokens is None:
+    if not variants:
         return measured
     curves = curve_settings(config.train)
     for protocol in (MATCHED, EQUAL):
         measured += [measure(claim, dataset, grid_runs(dataset, config, protocol), protocol=protocol)
                      for claim in variants]
-    theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, tokens, seed, curves)}
+    theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}
               for seed in config.base.seeds}
     measured += [measure(claim, dataset, theory, protocol=THEORY) for claim in variants
                  if claim.id.startswith("spread_ratio")]

@@ -15,11 +15,12 @@ import numpy as np
 
 from toksel.config import EMBEDDINGS, Config
 from toksel.data.corpus import PackedSplit
+from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz
 from toksel.markdown import escape
 from toksel.models.reading import Reading, read_sequence
-from toksel.paths import processed_dir, results_dir, seed_dir
+from toksel.paths import results_dir, seed_dir
 
 MODEL = "model.npz"  # what a training stage keeps of each fitted model (training/record.py)
 MAX_TOKENS = 40  # a review shown whole on a line or two
@@ -53,9 +54,10 @@ def shown_reviews(dataset: str, seed: int) -> list[ShownReview]:
     models = kept_models(dataset, seed)
     if "trained" not in models:
         return []
-    tokens = read_token_table(processed_dir(dataset) / "tokens.csv")
+    data = data_dir(dataset, seed)  # the vocabulary and test split the models were trained with
+    tokens = read_token_table(data / "tokens.csv")
     words = tokens.words
-    test = PackedSplit.load(processed_dir(dataset) / "test.npz")
+    test = PackedSplit.load(data / "test.npz")
     shown_classes = (0, tokens.num_classes - 1)
     wanted = {(label, case) for label in shown_classes for case in ("right", "wrong")}
     shown = []

@@ -37,7 +37,7 @@ class PreparedDataset:
     metrics: dict[str, float]
 
 
-def prepare_synthetic(data: DataConfig, seed: int) -> PreparedDataset:
+def prepare_synthetic(data: DataConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
     settings = data.synthetic
     vocab = SyntheticVocabulary(settings.n_positive, settings.n_negative, settings.n_irrelevant)
     rng = np.random.default_rng(seed)
@@ -56,7 +56,7 @@ def prepare_synthetic(data: DataConfig, seed: int) -> PreparedDataset:
     })
 
 
-def prepare_text(dataset: str, data: DataConfig, seed: int) -> PreparedDataset:
+def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
     """Load, subsample (label-balanced, seeded), tokenize, build the vocabulary on train, encode, truncate."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
