@@ -73,7 +73,7 @@ def ablation(config: Config, run: StageRun) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage("ablation", SECTIONS, ablation, argv, every_seed=lambda config: results_dir(
-        "ablation", f"{config.dataset}/{config.sequence.variant}"))
+        "ablation", f"{config.dataset}/{config.sequence.variant}"), seeds=lambda config: config.training_seeds)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from toksel.rebuttal import compare_with_tables
 from toksel.report import Row, markdown_table
 from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "ablation", "sequence", "report")
+SECTIONS = ("base.seeds", "train.seeds", "ablation", "sequence", "report")
 OUT = results_dir("ablation_report", "")
 
 
@@ -36,7 +36,7 @@ def _bins(folder, seed: int) -> pd.DataFrame:
 
 
 def ablation_report(config: Config, run: StageRun) -> None:
-    settings, seeds = config.ablation, config.base.seeds
+    settings, seeds = config.ablation, config.training_seeds
     variants = {(dataset, variant): seed_metrics(results_dir("ablation", f"{dataset}/{variant}"), seeds)
                 for dataset in settings.datasets for variant in settings.variants}
     for (dataset, variant), by_seed in variants.items():
@@ -83,7 +83,7 @@ def _summary(config: Config, variants: dict, assessed: list, comparison: pd.Data
     settings, scale = config.ablation, config.sequence.profile
     parts = [f"# Architecture ablations (sequence.scale {config.sequence.scale}: d {scale.d}, first "
              f"{scale.max_len or 'all'} tokens, up to {scale.max_train or 'all'} training reviews; seeds "
-             f"{', '.join(map(str, config.base.seeds))})", "", "## The claims", "",
+             f"{', '.join(map(str, config.training_seeds))})", "", "## The claims", "",
              *markdown_table([Row(item, item.measurement.data, "ablation_report") for item in assessed]), ""]
     for dataset in settings.datasets:
         parts += [f"## {dataset} (mean +- std over the seeds)", "", variants_comparison(
@@ -102,7 +102,7 @@ def _summary(config: Config, variants: dict, assessed: list, comparison: pd.Data
     classes = sorted(int(key.rsplit("_", 1)[1]) for key in one_step if key.startswith("slope_class_"))
     if not classes:
         return "\n".join([*parts, "", f"{settings.multiclass} has two classes: no multi-class comparison."]) + "\n"
-    parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes, seed {config.base.seeds[0]}): the "
+    parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes, seed {config.training_seeds[0]}): the "
               "rebuttal's formula per class", "", f"Theory: slope eta0 = {one_step['slope_theory']:.4g} for every "
               "class.", "", *markdown.table(["class", "slope", "Pearson r"],
                                             [[k, f"{one_step[f'slope_class_{k}']:.4g}",

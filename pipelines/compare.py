@@ -39,9 +39,9 @@ def compare(config: Config, run: StageRun) -> None:
     own = [Row(item, dataset, "compare") for item in assessed if not item.measurement.protocol]
     others = [Row(item, f"{dataset}, {item.measurement.protocol}", "compare") for item in assessed
               if item.measurement.protocol]
-    arms = {arm: [runs[seed].get(arm, {}) for seed in config.base.seeds] for arm in EMBEDDINGS}
+    arms = {arm: [runs[seed].get(arm, {}) for seed in config.training_seeds] for arm in EMBEDDINGS}
     summary = "\n".join([
-        f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.base.seeds))}", "",
+        f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.training_seeds))}", "",
         *markdown_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *markdown_table(others), "",
         "## The arms side by side (mean +- std over the seeds)", "", training_comparison(arms)]) + "\n"
     publish_summary(run, out, summary, claim_metrics(assessed))

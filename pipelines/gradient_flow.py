@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.cli import run_stage, show_progress
-from toksel.config import Config, first_seeds
+from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
@@ -62,7 +62,7 @@ def gradient_flow(config: Config, run: StageRun) -> None:
 def main(argv: list[str] | None = None) -> int:
     return run_stage("gradient_flow", SECTIONS, gradient_flow, argv,
                      every_seed=lambda config: results_dir("gradient_flow", config.dataset),
-                     seeds=lambda config: first_seeds(config.base.seeds, config.gradient_flow.seeds))
+                     seeds=lambda config: config.flow_seeds)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ def train(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("train", SECTIONS, train, argv, every_seed=lambda config: results_dir("train", config.dataset))
+    return run_stage("train", SECTIONS, train, argv, every_seed=lambda config: results_dir("train", config.dataset),
+                     seeds=lambda config: config.training_seeds)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
 
 
 def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_under_the_stopping_rule(prepared):
-    grid = ["train.lr_grid=[0.0001,0.02,0.5]", "train.lr=0.0001", "train.screen_epochs=2"]
+    grid = ["train.lr_grid=[0.0001,0.02,0.5]", "train.lr=0.0001", "train.screen_epochs=2", "train.lr_extensions=0"]
     assert train.main([*TINY, *TRAIN, *grid]) == 0
     out = seed_folder(prepared, "train", "synthetic/trained")
     rows = pd.read_csv(out / "grid.csv").set_index("lr")
@@ -117,6 +117,18 @@ def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_un
     equal, matched = (grid_runs("synthetic", config, protocol)[0]["trained"] for protocol in (EQUAL, MATCHED))
     assert equal["test_accuracy"] == pytest.approx(rows.loc[kept, "screen_test_accuracy"])  # after the screen
     assert equal["epochs"] == 2 and matched["test_accuracy"] == pytest.approx(rows.loc[0.0001, "test_accuracy"])
+
+
+def test_a_best_rate_at_the_edge_of_the_grid_extends_the_grid_beyond_it(prepared):
+    grid = ["train.lr_grid=[0.0001,0.001]", "train.lr=0.001", "train.screen_epochs=2", "train.lr_extensions=2"]
+    assert train.main([*TINY, *TRAIN, *grid]) == 0
+    out = seed_folder(prepared, "train", "synthetic/trained")
+    rates = pd.read_csv(out / "grid.csv")["lr"].to_numpy()
+    # Both rates too slow for the tiny model: the best sat at the top, so the grid went on by its own factor 10.
+    np.testing.assert_allclose(rates, [0.0001, 0.001, 0.01, 0.1])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["lr_rates_tried"] == 4 and metrics["lr"] in rates[1:]
+    assert metrics["lr_at_edge"] == float(metrics["lr"] == 0.1)  # still at the top after the last extension
 
 
 def test_evaluate_sets_the_three_training_runs_side_by_side(prepared):

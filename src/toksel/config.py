@@ -45,9 +45,10 @@ class BaseConfig:
     data_seed: int = bounded(0, ge=0, help="seed of the data: the synthetic generator, the subsamples, the "
                                            "controls' shuffled labels")
     seeds: List[int] = field(  # noqa: UP006
-        default_factory=lambda: [0, 1, 2],
-        metadata={"help": "the model seeds every stochastic stage runs with (initialisation, validation split, "
-                          "batch order); each claim's interval is over them"})
+        default_factory=lambda: [0, 1, 2, 3, 4],
+        metadata={"help": "the seeds every stochastic stage runs with (initialisation, validation split, batch "
+                          "order, and the data where they are drawn); each claim's interval is over them. A "
+                          "costly stage runs the first few (its section's `seeds`)"})
 
 
 @dataclass
@@ -130,7 +131,11 @@ class TrainConfig:
         metadata={"help": "each embedding arm trains at every learning rate here and keeps the one with the lowest "
                           "validation loss (the same procedure for every arm)"})
     lr: float = bounded(1e-3, gt=0.0, help="the learning rate of the ablations, and of the matched-lr protocol "
-                                           "(every arm at this lr; it must be in lr_grid)")
+                                           "(every arm at this lr, as the paper ran them: the claims' protocol; it "
+                                           "must be in lr_grid)")
+    lr_extensions: int = limit(2, help="when the best rate of lr_grid is its smallest or largest, screen this "
+                                       "many more rates beyond it at most (the grid's own spacing)")
+    seeds: int = limit(3, help="how many of base.seeds (the first) the training stages run (0: all of them)")
     screen_epochs: int = bounded(3, ge=1, help="each rate of lr_grid first trains this many epochs; the one with the "
                                                "lowest validation loss goes on from there under the stopping rule")
     weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
@@ -250,6 +255,16 @@ class Config:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
+
+    @property
+    def training_seeds(self) -> list[int]:
+        """The seeds the training stages run (train, ablation) and their claims are read over."""
+        return first_seeds(self.base.seeds, self.train.seeds)
+
+    @property
+    def flow_seeds(self) -> list[int]:
+        """The seeds the gradient_flow stage runs on this dataset."""
+        return first_seeds(self.base.seeds, self.gradient_flow.seeds)
 
     def sections(self, names: Iterable[str]) -> dict[str, Any]:
         """The named sections, or single keys of them ("base.seeds"), as a plain nested dict (what a stage logs

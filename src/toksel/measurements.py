@@ -43,9 +43,9 @@ def seed_metrics(folder: Path, seeds: list[int], name: str = "metrics.json") -> 
 
 
 def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
-    """seed -> {"step": one_step metrics, "flow": gradient_flow metrics}, and with `arms` each embedding arm's
-    training metrics under its name."""
-    seeds = config.base.seeds
+    """seed -> {"step": one_step metrics, "flow": gradient_flow metrics}, over base.seeds; with `arms`, over the
+    training seeds, and each embedding arm's training metrics under its name."""
+    seeds = config.training_seeds if arms else config.base.seeds
     runs: Runs = {seed: {} for seed in seeds}
     folders = [("step", results_dir("one_step", dataset)), ("flow", results_dir("gradient_flow", dataset))]
     folders += [(arm, results_dir("train", f"{dataset}/{arm}")) for arm in EMBEDDINGS] if arms else []
@@ -58,9 +58,9 @@ def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
 def grid_runs(dataset: str, config: Config, protocol: str) -> Runs:
     """seed -> arm -> that arm's metrics under another protocol, from its grid.csv: `matched lr`, the full fit at
     train.lr; `equal steps`, the screen of its kept rate (screen_<name>)."""
-    runs: Runs = {seed: {} for seed in config.base.seeds}
+    runs: Runs = {seed: {} for seed in config.training_seeds}
     for arm in EMBEDDINGS:
-        for seed in config.base.seeds:
+        for seed in config.training_seeds:
             folder = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
             if not (folder / "grid.csv").exists() or not (folder / "metrics.json").exists():
                 continue
@@ -117,7 +117,7 @@ def dataset_measurements(dataset: str, config: Config, producer: str,
         measured += [measure(claim, dataset, grid_runs(dataset, config, protocol), protocol=protocol)
                      for claim in variants]
     theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}
-              for seed in config.base.seeds}
+              for seed in config.training_seeds}
     measured += [measure(claim, dataset, theory, protocol=THEORY) for claim in variants
                  if claim.id.startswith("spread_ratio")]
     return measured

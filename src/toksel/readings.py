@@ -77,7 +77,7 @@ def shown_reviews(dataset: str, seed: int) -> list[ShownReview]:
 
 
 def all_shown(config: Config) -> list[ShownReview]:
-    return [review for dataset in config.train.datasets for review in shown_reviews(dataset, config.base.seeds[0])]
+    return [review for dataset in config.train.datasets for review in shown_reviews(dataset, config.training_seeds[0])]
 
 
 def _caption(review: ShownReview) -> str:

@@ -264,7 +264,7 @@ def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: 
 
 def figures(config: Config) -> list[tuple[str, Path]]:
     """The figures the report shows, those that exist: captions and paths (the first seed's runs)."""
-    seed = f"seed{config.base.seeds[0]}"
+    seed = f"seed{config.training_seeds[0]}"
     wanted = [("Every claim's interval against its threshold, and its control's", results_dir("report", "")
                / "verdicts.png")]
     wanted += [(f"{name}: {what}", results_dir("evaluate", name) / file) for name in config.datasets

@@ -11,7 +11,11 @@ split.
   tokens is left out (mean and std NaN, its count kept).
 - Rank statistics, per token: E_s^T v with alpha_s (K classes: each v_k with alpha_s^(k), the smallest over
   the classes); on each side of 0, E_s^T p with |posterior difference| (the two arms of the U) and E_s^T v
-  with the posterior difference.
+  with the posterior difference. Each also noise-corrected (`_corrected`): divided by the same correlation of
+  the training split's own statistic with the held-out one (its `ceiling`). The held-out statistics are noisy
+  measurements (a token seen 10 times has a posterior difference with a standard error above 0.3), so even a
+  score that follows the training statistic exactly correlates with them only that much (0.4 to 0.76 on our
+  data); the corrected value is about 1 for such a score, about 0 for one that carries nothing of the labels.
 - Spread: the mean per-bin std, and the same over the std of all the scores, which does not move with the
   scale of p and v.
 """
@@ -104,6 +108,11 @@ def side_rises(score: np.ndarray, x: np.ndarray, against_abs: bool) -> tuple[flo
     return _spearman(score[positive], along[positive]), _spearman(score[negative], along[negative])
 
 
+def corrected(rho: float, ceiling: float) -> float:
+    """A rank correlation over its ceiling, that of the training statistic itself; NaN without a positive ceiling."""
+    return rho / ceiling if np.isfinite(ceiling) and ceiling > 0 else float("nan")
+
+
 def heldout_tokens(tokens: TokenTable, min_count: int, among: np.ndarray | None = None) -> np.ndarray:
     """The tokens the curves use: occurring in training, `min_count` times or more in the held-out split (and
     in `among`, a bool mask, if given)."""
@@ -128,6 +137,7 @@ class ValueAxis:
     x: np.ndarray
     scores: np.ndarray
     alpha: np.ndarray
+    alpha_train: np.ndarray  # the training split's signed frequency: the ceiling's score
     x_label: str
     score_label: str
 
@@ -137,9 +147,11 @@ def value_axes(tokens: TokenTable, kept: np.ndarray, score_v: np.ndarray) -> lis
     E_s^T v_k along the held-out class-k document frequency, ranked against alpha_s^(k)."""
     if tokens.binary:
         return [ValueAxis("", tokens.column("heldout_posterior_difference")[kept], score_v[kept],
-                          tokens.column("heldout_alpha")[kept], "posterior difference (held-out)", "$E_s^T v$")]
+                          tokens.column("heldout_alpha")[kept], tokens.column("alpha")[kept],
+                          "posterior difference (held-out)", "$E_s^T v$")]
     presence, alphas = tokens.per_class("heldout_presence")[:, kept], tokens.per_class("heldout_alpha")[:, kept]
-    return [ValueAxis(f"_class_{k}", presence[k], score_v[kept, k], alphas[k],
+    trained = tokens.per_class("alpha")[:, kept]
+    return [ValueAxis(f"_class_{k}", presence[k], score_v[kept, k], alphas[k], trained[k],
                       f"class-{k} document frequency (held-out)", f"$E_s^T v_{{{k}}}$")
             for k in range(tokens.num_classes)]
 
@@ -149,23 +161,39 @@ def token_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, s
     """Metrics and curves over the held-out tokens. score_v: (|S|,), or (|S|, K) for K classes."""
     kept = heldout_tokens(tokens, settings.min_count, among)
     x = tokens.column("heldout_posterior_difference")[kept]
+    x_train = tokens.column("posterior_difference")[kept]
     p = score_p[kept]
 
     def curve(along: np.ndarray, values: np.ndarray) -> BinnedCurve:
         return binned_curve(along, values, settings.bins, settings.binning, settings.min_bin_tokens)
 
     curves = {"p": curve(x, p)}
-    rise_positive, rise_negative = side_rises(p, x, against_abs=True)
-    metrics = {"tokens_used": float(kept.sum()), "u_rise_positive": rise_positive, "u_rise_negative": rise_negative,
-               "u_rise": smallest([rise_positive, rise_negative])}
+    metrics: dict[str, float] = {"tokens_used": float(kept.sum())}
+
+    def sides(name: str, score: np.ndarray, against_abs: bool) -> None:
+        """<name>_positive / _negative, their ceilings and corrected values, and the corrected smaller side."""
+        own = np.abs(x_train) if against_abs else x_train  # the training split's statistic as the score
+        rises, ceilings = side_rises(score, x, against_abs), side_rises(own, x, against_abs)
+        for side, rise, ceiling in zip(("positive", "negative"), rises, ceilings, strict=True):
+            metrics.update({f"{name}_{side}": rise, f"{name}_{side}_ceiling": ceiling,
+                            f"{name}_{side}_corrected": corrected(rise, ceiling)})
+        metrics[f"{name}_corrected"] = smallest([metrics[f"{name}_{side}_corrected"] for side in ("positive",
+                                                                                                   "negative")])
+
+    sides("u_rise", p, against_abs=True)
+    metrics["u_rise"] = smallest([metrics["u_rise_positive"], metrics["u_rise_negative"]])
     axes = value_axes(tokens, kept, score_v)
     for axis in axes:
         curves[f"v{axis.suffix}"] = curve(axis.x, axis.scores)
-        metrics[f"spearman_v_alpha{axis.suffix}"] = _spearman(axis.scores, axis.alpha)
+        rho, ceiling = _spearman(axis.scores, axis.alpha), _spearman(axis.alpha_train, axis.alpha)
+        metrics |= {f"spearman_v_alpha{axis.suffix}": rho, f"spearman_v_alpha{axis.suffix}_ceiling": ceiling,
+                    f"spearman_v_alpha{axis.suffix}_corrected": corrected(rho, ceiling)}
     if tokens.binary:  # the two sides of the posterior difference, which only two classes have
-        metrics["v_rise_positive"], metrics["v_rise_negative"] = side_rises(axes[0].scores, x, against_abs=False)
+        sides("v_rise", axes[0].scores, against_abs=False)
     else:
-        metrics["spearman_v_alpha"] = smallest([metrics[f"spearman_v_alpha{axis.suffix}"] for axis in axes])
+        for name in ("spearman_v_alpha", "spearman_v_alpha_corrected"):
+            metrics[name] = smallest([metrics[name.replace("spearman_v_alpha", f"spearman_v_alpha{axis.suffix}")]
+                                      for axis in axes])
     v_curves = [curve for name, curve in curves.items() if name != "p"]
     metrics |= {
         "bin_std_p": curves["p"].mean_std,

@@ -1,10 +1,10 @@
 """The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR without copying the split.
 
 The train split is divided (seeded) into train and validation rows; the test split is kept whole. max_train and
-max_test cut either to a seeded subset first (0: all rows). `label_seed` replaces the labels of both splits
-by shuffled ones (PackedSplit.with_shuffled_labels, the train split before it is divided), each split's drawn
-from the seed with 0 or 1 appended: the negative controls' data, in which no input says anything of its label,
-so that no model can beat chance on the test split. A batch is a dict of tensors (what Lightning moves
+max_test cut either to a seeded subset first (0: all rows). `label_seed` replaces the labels of the train split
+by shuffled ones (PackedSplit.with_shuffled_labels, before it is divided into train and validation rows): the
+negative controls' data, on which a model learns labels that say nothing of its inputs, and is then scored on
+the true labels of the test split, as the claim's own model is. A batch is a dict of tensors (what Lightning moves
 to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
 
 Under DDP every process draws the same batches (same seed) and trains on its strided share of each: the
@@ -54,8 +54,7 @@ class PackedDataModule(pl.LightningDataModule):
         train = PackedSplit.load(self.directory / "train.npz")
         test = PackedSplit.load(self.directory / "test.npz")
         if self.label_seed is not None:
-            train, test = (split.with_shuffled_labels((*self.label_seed, part))
-                           for part, split in enumerate((train, test)))
+            train = train.with_shuffled_labels(self.label_seed)
         order = np.random.default_rng(self.seed).permutation(train.n)[:self.max_train or None]
         held_out = max(1, round(self.val_fraction * len(order)))
         test_rows = np.random.default_rng(self.seed).permutation(test.n)[:self.max_test] if self.max_test else None

@@ -2,18 +2,21 @@
 arm, and each run's negative control.
 
 - Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs
-  (the screen); the rate with the lowest validation loss then goes on from where its screen stopped, under the
-  stopping rule (early stopping on the validation loss, within the epoch budget, counted from the first epoch):
-  the kept model. The rate the matched-lr protocol reads (train.lr) goes on the same way, when it is not the
+  (the screen); when the rate with the lowest validation loss is the grid's smallest or largest, the grid is
+  extended beyond it by its own spacing, up to `lr_extensions` times, so that the chosen rate lies inside the
+  rates tried (`lr_at_edge` says when it still does not). The best rate then goes on from where its screen
+  stopped, under the stopping rule (early stopping on the validation loss, within the epoch budget, counted from
+  the first epoch): the kept model. The rate the matched-lr protocol reads (train.lr) goes on the same way, when it is not the
   kept one. Going on rather than starting afresh saves the screen's epochs, and changes only the order of the
   batches after the screen (the loader's generator starts anew): a fit's `resumed_from_epoch` is where its
   screen ended. A single rate (the ablations) skips the screen. A rate at which the loss stops being finite
   loses the screen (a warning, its run FAILED); when every rate does, the stage stops. Every fit is an MLflow
   run nested under the stage's, tagged `lr` and `phase` (screen, kept, matched).
-- Control: the kept rate again, on the same rows with the labels of both splits shuffled: what the model makes
-  of data in which no token goes with a label (its curves are read against the true held-out statistics).
-  Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so the
-  control's interval over the seeds holds the shuffle's chance too.
+- Control: the matched-lr protocol's rate (the claims' protocol: one rate for every arm, as the paper ran them)
+  on the same rows with the training labels shuffled, scored on the true test labels: a near miss, a model
+  trained as the claim's own is on labels that carry no signal (its curves are read against the true held-out
+  statistics). Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so
+  the control's interval over the seeds holds the shuffle's chance too.
 
 A screen of a few epochs ranks the rates as the full fits would (on IMDB the frozen arms' best rate converges
 fastest, and the trained arm's best is at its best by the second epoch) at a third of the cost of training
@@ -101,24 +104,47 @@ class Protocol:
         return Fitted(module, metrics, curves)
 
 
-def screen(protocol: Protocol, rates: Sequence[float]) -> tuple[float, list[dict]]:
-    """Each rate for screen_epochs epochs: the rate with the lowest validation loss, and a row per rate with the
-    screen's metrics (screen_<name>)."""
+def _rounded(rate: float) -> float:
+    """A rate as a person writes it: 0.1, not 0.09999999999999996 (it names a checkpoint folder)."""
+    return float(f"{rate:.6g}")
+
+
+def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> tuple[float, list[dict], bool]:
+    """Each rate for screen_epochs epochs, the grid extended beyond its edge while the best rate sits there (up to
+    `extensions` more rates): the rate with the lowest validation loss, a row per rate with the screen's metrics
+    (screen_<name>), and whether that rate is still the smallest or largest tried."""
     rows: list[dict] = []
-    for lr in rates:
+
+    def try_rate(lr: float) -> None:
         try:
             fitted = protocol.fit(lr, "screen", epochs=protocol.settings.screen_epochs)
         except TrainingDiverged as error:
             warnings.warn(f"learning rate {lr:g} left out: {error}", stacklevel=2)
             rows.append({"lr": lr, "diverged": 1.0, "screen_val_loss": math.inf})
-            continue
+            return
         rows.append({"lr": lr, "diverged": 0.0, "screen_val_loss": validation_loss(fitted.metrics),
                      **{SCREEN_PREFIX + name: value for name, value in fitted.metrics.items()}})
-    finite = [row for row in rows if math.isfinite(row["screen_val_loss"])]
-    if not finite:
+
+    def best() -> float | None:
+        finite = [row for row in rows if math.isfinite(row["screen_val_loss"])]
+        return min(finite, key=lambda row: row["screen_val_loss"])["lr"] if finite else None
+
+    for lr in rates:
+        try_rate(lr)
+    for _ in range(extensions if len(rates) > 1 else 0):
+        tried, chosen = sorted(row["lr"] for row in rows), best()
+        if chosen == tried[0]:
+            try_rate(_rounded(tried[0] ** 2 / tried[1]))  # one more step of the grid's own spacing, below
+        elif chosen == tried[-1]:
+            try_rate(_rounded(tried[-1] ** 2 / tried[-2]))  # and above
+        else:
+            break
+    chosen = best()
+    if chosen is None:
         raise TrainingDiverged(f"training diverged at every learning rate of train.lr_grid = {list(rates)}: lower "
                                "the learning rate (train.lr or train.lr_grid)")
-    return min(finite, key=lambda row: row["screen_val_loss"])["lr"], rows
+    tried = sorted(row["lr"] for row in rows)
+    return chosen, sorted(rows, key=lambda row: row["lr"]), chosen in (tried[0], tried[-1])
 
 
 def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
@@ -126,9 +152,12 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
                        tokens: TokenTable, curves: CurveSettings, among: np.ndarray | None = None,
                        matched: float | None = None) -> Trained:
     """Screen the rates, fit the best (and `matched`, the matched-lr protocol's rate) under the stopping rule,
-    then the control at the kept rate."""
+    then the control at the matched rate (the kept one without it)."""
     protocol = Protocol(model, data, settings, checkpoints, fingerprint, run, seed, progress, tokens, curves, among)
-    kept_lr, rows = screen(protocol, rates) if len(rates) > 1 else (rates[0], [{"lr": rates[0], "diverged": 0.0}])
+    if len(rates) > 1:
+        kept_lr, rows, at_edge = screen(protocol, rates, settings.lr_extensions)
+    else:
+        kept_lr, rows, at_edge = rates[0], [{"lr": rates[0], "diverged": 0.0}], False
     kept = protocol.fit(kept_lr, "kept")
     full = {kept_lr: kept}
     if matched is not None and matched != kept_lr:
@@ -139,9 +168,12 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
     for row in rows:
         if row["lr"] in full:
             row |= full[row["lr"]].metrics
-    control = protocol.fit(kept_lr, "control", shuffled=True)
+    control_lr = matched if matched in full else kept_lr
+    control = protocol.fit(control_lr, "control", shuffled=True)
     if is_worker():  # a DDP worker has trained its share of every fit; rank 0 writes the outputs
         raise WorkerFinished
     shutil.rmtree(checkpoints, ignore_errors=True)  # finished: nothing left to resume
     controls = {CONTROL_PREFIX + name: value for name, value in control.metrics.items()}
-    return Trained(kept.module, {"lr": kept_lr, **kept.metrics, **controls}, kept.curves, pd.DataFrame(rows))
+    screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows))}
+    return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
+                   pd.DataFrame(rows))
