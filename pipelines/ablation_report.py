@@ -102,7 +102,8 @@ def _summary(config: Config, variants: dict, assessed: list, comparison: pd.Data
     classes = sorted(int(key.rsplit("_", 1)[1]) for key in one_step if key.startswith("slope_class_"))
     if not classes:
         return "\n".join([*parts, "", f"{settings.multiclass} has two classes: no multi-class comparison."]) + "\n"
-    parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes, seed {config.training_seeds[0]}): the "
+    first = config.training_seeds[0]
+    parts += ["", f"## One step on {settings.multiclass} ({len(classes)} classes, seed {first}): the "
               "rebuttal's formula per class", "", f"Theory: slope eta0 = {one_step['slope_theory']:.4g} for every "
               "class.", "", *markdown.table(["class", "slope", "Pearson r"],
                                             [[k, f"{one_step[f'slope_class_{k}']:.4g}",

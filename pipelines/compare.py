@@ -15,7 +15,7 @@ from toksel.comparison import training_comparison
 from toksel.config import EMBEDDINGS, Config
 from toksel.io import write_json
 from toksel.markdown import number
-from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
+from toksel.measurements import MATCHED, dataset_measurements, dataset_runs, grid_runs, mean_over_seeds
 from toksel.paths import results_dir
 from toksel.report import PROTOCOL_NOTE, Row, markdown_table, publish_summary
 from toksel.tracking import StageRun
@@ -25,13 +25,9 @@ SECTIONS = ("base.seeds", "data", "train", "ablation.multiclass", "report")
 
 def compare(config: Config, run: StageRun) -> None:
     dataset = config.dataset
-    runs = dataset_runs(dataset, config, arms=True)
+    runs = grid_runs(dataset, config, MATCHED)  # the claims' protocol: every arm at train.lr
     details = {"accuracy_gap": f"test accuracy {number(mean_over_seeds(runs, 'trained', 'test_accuracy'))} "
                                f"against {number(mean_over_seeds(runs, 'untrained', 'test_accuracy'))}"}
-    for curve in ("v", "p"):  # the raw ratio, which moves with the scales of v and p, beside the judged one
-        raw = [seed["trained"][f"bin_std_{curve}"] / seed["one_step"][f"bin_std_{curve}"] for seed in runs.values()
-               if seed.get("trained", {}).get(f"bin_std_{curve}") and seed.get("one_step", {}).get(f"bin_std_{curve}")]
-        details[f"spread_ratio_{curve}"] = f"raw per-bin std ratio {number(sum(raw) / len(raw) if raw else None)}"
     measurements = dataset_measurements(dataset, config, "compare", details)
     out = results_dir("compare", dataset)
     write_json(out / "claims.json", [measurement.as_record() for measurement in measurements])  # the report reads it
@@ -39,7 +35,8 @@ def compare(config: Config, run: StageRun) -> None:
     own = [Row(item, dataset, "compare") for item in assessed if not item.measurement.protocol]
     others = [Row(item, f"{dataset}, {item.measurement.protocol}", "compare") for item in assessed
               if item.measurement.protocol]
-    arms = {arm: [runs[seed].get(arm, {}) for seed in config.training_seeds] for arm in EMBEDDINGS}
+    kept = dataset_runs(dataset, config, arms=True)  # the side-by-side table: each arm's kept fit (tuned lr)
+    arms = {arm: [kept[seed].get(arm, {}) for seed in config.training_seeds] for arm in EMBEDDINGS}
     summary = "\n".join([
         f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.training_seeds))}", "",
         *markdown_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *markdown_table(others), "",

@@ -31,7 +31,7 @@ from toksel.plots import (
 from toksel.report import Row, markdown_table, publish_summary
 from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "data", "evaluate")
+SECTIONS = ("base.seeds", "data", "model", "evaluate")
 TOP_WORDS = 12  # words listed per score
 
 

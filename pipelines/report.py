@@ -24,6 +24,7 @@ from toksel.report import (
     html_page,
     interrupted_fits,
     markdown,
+    read_calibration,
     read_measurements,
     rows,
     sensitivity,
@@ -31,7 +32,7 @@ from toksel.report import (
 )
 from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "train.datasets", "report", "evaluate", "ablation", "phase")
+SECTIONS = ("base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase")
 OUT = results_dir("report", "")
 TITLE = "toksel: the paper's claims in our runs"
 
@@ -43,8 +44,11 @@ def report(config: Config, run: StageRun) -> None:
     shown = figures(config)
     interrupted = interrupted_fits([results_dir("train", ""), results_dir("ablation", "")])
     reviews = all_shown(config)  # what the kept models select in real test reviews
-    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted, readings_markdown(reviews)))
-    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted, readings_html(reviews)))
+    calibration = read_calibration()
+    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted, readings_markdown(reviews),
+                                           calibration))
+    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted, readings_html(reviews),
+                                              calibration))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)
     run.log_artifact(OUT / "verdicts.png", "figures")

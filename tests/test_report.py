@@ -99,23 +99,26 @@ def test_a_missing_cell_or_non_assumption1_data_is_a_clear_error(reported, capsy
 def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(reported):
     text = (reported / "results" / "report" / "report.md").read_text()
     metrics = json.loads((reported / "results" / "report" / "metrics.json").read_text())
-    rows = [line for line in text.split("## What each claim measures")[0].splitlines() if line.startswith("| ")
-            and not line.startswith("| claim")]
-    assert len(rows) == metrics["claims"]
-    verdicts = [row.split(" | ")[5] for row in rows]
-    assert metrics["claims_held"] == verdicts.count("holds")
-    assert metrics["claims_failed"] == verdicts.count("**fails**")
-    assert metrics["claims_inconclusive"] == verdicts.count("inconclusive")
-    synthetic = [row for row in rows if row.split(" | ")[1] == "synthetic" and "eta0" not in row]
+    rows = [line for line in text.split("## How each verdict rule is calibrated")[0].splitlines()
+            if line.startswith("| ") and not line.startswith("| claim")]
+    assert len(rows) == metrics["claims"] + metrics["ours"] + metrics["exploratory"] + metrics["described"]
+    verdicts = [row.split(" | ")[6] for row in rows]
+    assert metrics["claims_held"] + metrics["ours_held"] == verdicts.count("holds")
+    assert metrics["claims_failed"] + metrics["ours_failed"] == verdicts.count("**fails**")
+    assert metrics["claims_inconclusive"] + metrics["ours_inconclusive"] == verdicts.count("inconclusive")
+    synthetic = [row for row in rows if row.split(" | ")[2] == "synthetic" and "eta0" not in row]
     assert {"Lemma 4.1", "Lemma 4.2", "Lemma 4.4", "Theorem 4.3"} == {row[2:].split(":")[0] for row in synthetic}
     # One seed (TINY): a value and no interval, so no claim can hold or fail; its control the same.
-    assert all("(one value: no interval)" in row and row.split(" | ")[5] == "inconclusive" for row in synthetic)
+    assert all("(one value: no interval)" in row and row.split(" | ")[6] == "inconclusive" for row in synthetic)
+    # Each claim links to its family's row of the calibration table (that stage has not run here).
+    assert "[one_step](#calibration-one-step) (not run)" in rows[0]
+    assert "The calibration stage has not run" in text
     # Only the theory stages ran on synthetic data: the rest says so, naming the stage to run.
     assert "not run (evaluate@imdb)" in text and "not run (evaluate@synthetic_independent)" in text
     assert "not run (ablation_report)" in text
-    assert metrics["claims_not_run"] == sum("not run (" in verdict for verdict in verdicts)
-    phase_rows = text.split("## Beyond the paper")[1].split("## Figures")[0]
-    assert "not run" not in phase_rows and "slope " in phase_rows
+    assert metrics["claims_not_run"] + metrics["ours_not_run"] == sum("not run (" in verdict for verdict in verdicts)
+    phase_rows = text.split("## Beyond the paper")[1].split("## How each verdict rule")[0]
+    assert "not run (" not in phase_rows and "slope " in phase_rows
     assert (reported / "results" / "report" / "verdicts.png").stat().st_size > 10_000
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):  # the Markdown's figures resolve from its folder
         assert (reported / "results" / "report" / link).resolve().is_file(), link

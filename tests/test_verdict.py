@@ -8,9 +8,21 @@ import pytest
 from scipy import stats
 
 from tests.helpers import ROOT
-from toksel.claims import BY_ID, CLAIMS, SCOPES, Measurement, Statistic, assess, config_value, in_scope, measure
+from toksel.claims import (
+    BY_ID,
+    CLAIMS,
+    REQUIREMENTS,
+    SCOPES,
+    Measurement,
+    Regime,
+    Statistic,
+    assess,
+    config_value,
+    in_scope,
+    measure,
+)
 from toksel.config import load_config
-from toksel.verdict import given_interval, judge, seed_interval
+from toksel.verdict import given_interval, judge, judge_within, seed_interval
 
 
 def test_the_seed_interval_is_students_t_of_the_mean():
@@ -81,19 +93,60 @@ def test_a_measurement_judges_the_claim_and_its_control_with_the_configs_thresho
     measured = measure(claim, "imdb", runs)
     assert measured.seeds == [0, 1, 2] and measured.values == pytest.approx([0.2, 0.21, 0.22])
     item = assess(claim, measured, config)
-    assert item.threshold == config.report.min_accuracy_gap == 0.05
-    assert item.verdict == "holds" and item.control_verdict == "fails" and item.control_fails
+    assert item.threshold == config.report.min_accuracy_gap == 0.0
+    assert item.verdict == "holds" and item.control_verdict == "inconclusive"  # the control's gap straddles 0
+    size = assess(BY_ID["accuracy_gap_size"], measure(BY_ID["accuracy_gap_size"], "imdb", runs), config)
+    assert size.band == pytest.approx((0.115, 0.46)) and size.verdict == "holds"  # 0.21 [0.185, 0.235] inside
     assert Measurement.from_record(measured.as_record()) == measured
     assert assess(claim, None, config).verdict == "not run"
 
 
-def test_every_claim_names_a_threshold_the_config_holds_a_scope_and_a_control():
+def test_a_size_is_judged_against_a_band_around_the_papers_number():
+    assert judge_within(seed_interval([0.2, 0.21, 0.22]), 0.115, 0.46) == "holds"
+    assert judge_within(seed_interval([0.02, 0.03, 0.025]), 0.115, 0.46) == "fails"  # wholly below
+    assert judge_within(seed_interval([0.1, 0.2, 0.15]), 0.115, 0.46) == "inconclusive"  # across the edge
+    assert judge_within(seed_interval([0.9]), 0.115, 0.46) == "inconclusive"  # one value: no interval
+
+
+def test_an_a_a_control_reads_the_next_seeds_run():
+    claim = BY_ID["spread_ratio_v"]
+    runs = {seed: {"trained": {"bin_spread_v": spread}, "one_step": {"bin_spread_v": 0.4}}
+            for seed, spread in ((0, 0.8), (1, 0.9), (2, 1.0))}
+    measured = measure(claim, "imdb", runs)
+    assert measured.values == pytest.approx([2.0, 2.25, 2.5])
+    assert measured.control == pytest.approx([0.8 / 0.9, 0.9 / 1.0, 1.0 / 0.8])  # seed 2's next is seed 0
+
+
+def test_a_claim_on_data_its_lemma_does_not_cover_is_exploratory_and_a_description_is_not_judged():
+    config = load_config([], ROOT / "params.yaml")
+    runs = {seed: {"flow": {"log_growth": 1.2 + 0.01 * seed, "control_log_growth": 0.1}} for seed in range(3)}
+    claim = BY_ID["lemma42_growth"]
+    covered = assess(claim, measure(claim, "synthetic", runs, regime=Regime(2, 1024, 100, True)), config)
+    assert covered.verdict == "holds" and covered.judged and not covered.unmet
+    real = assess(claim, measure(claim, "imdb", runs, regime=Regime(2, 2048, 7295, False)), config)
+    assert real.verdict == "exploratory" and real.judged_verdict == "holds" and not real.judged
+    assert real.unmet == ("needs embeddings of full rank, d >= the number of tokens: d/V = 2048/7,295 = 0.28 < 1",)
+    four = assess(claim, measure(claim, "stars", runs, regime=Regime(4, 2048, 4000, False)), config)
+    assert len(four.unmet) == 2 and "4 classes" in four.unmet[0]
+    description = BY_ID["mlp_v_negative_side"]
+    runs = {seed: {"mlp_residual": {"v_rise_negative_corrected": value}} for seed, value in ((0, 0.8), (1, 0.7))}
+    shown = assess(description, measure(description, "yelp", runs), config)
+    assert shown.verdict == "described" and not shown.judged and shown.interval.mean == pytest.approx(0.75)
+
+
+def test_every_claim_names_a_threshold_the_config_holds_a_scope_a_control_and_its_family():
     config = load_config([], ROOT / "params.yaml")
     assert len({claim.id for claim in CLAIMS}) == len(CLAIMS)
     for claim in CLAIMS:
         assert math.isfinite(config_value(config, claim.threshold)), claim.id
-        assert claim.scope in SCOPES and claim.comparison in (">=", "<=") and claim.control, claim.id
+        assert claim.scope in SCOPES and claim.comparison in (">=", "<=", "within") and claim.control, claim.id
         assert claim.producer in ("evaluate", "compare", "ablation_report", "phase_diagram"), claim.id
+        assert claim.kind in ("presence", "size", "description") and claim.origin in ("paper", "ours"), claim.id
+        assert set(claim.requires) <= set(REQUIREMENTS), claim.id
+        if claim.kind != "description":
+            assert claim.family and claim.bug, claim.id  # calibrated, and its control shown able to pass
+        if claim.comparison == "within":
+            assert claim.kind == "size" and claim.paper_value, claim.id
 
 
 def test_the_scopes_pick_the_datasets_each_claim_is_judged_on():

@@ -2,10 +2,11 @@
 stages' metrics (the `evaluate` stage's claims) and the three embedding arms' training runs (the `compare`
 stage's); toksel.claims reads them.
 
-Besides each claim's own protocol (every arm at its tuned learning rate), the training claims whose verdict
-depends on the protocol are measured again under other protocols, for the report's sensitivity table:
-`matched lr` (every arm at train.lr, read from the runs of each arm's grid), `equal steps` (every arm at its
-kept rate after the same train.screen_epochs epochs: its screen) and, for the spread ratios, the `theory
+The training claims are read under the paper's protocol, `matched lr`: every arm at one learning rate, train.lr
+(each arm's fit at that rate, from its grid.csv), with the controls trained at that rate too. The claims whose
+verdict depends on the protocol are measured again for the report's sensitivity table: `tuned lr` (each arm at
+the best rate of its screen, trained to its validation optimum: the kept model), `equal steps` (every arm at its
+tuned rate after the same train.screen_epochs epochs: its screen) and, for the spread ratios, the `theory
 protocol` (E frozen at E1, v at v0, p from gradient_flow: the setting of Lemma 4.1 and Theorem 4.3).
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toksel.claims import CLAIMS, Measurement, in_scope, measure
+from toksel.claims import CLAIMS, CONTROL_PREFIX, Measurement, Regime, in_scope, measure
 from toksel.config import EMBEDDINGS, Config, TrainConfig
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
@@ -27,8 +28,9 @@ from toksel.paths import results_dir, seed_dir
 from toksel.theory.token_curves import CurveSettings, token_curves
 
 Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics
-PROTOCOL_CLAIMS = ("accuracy_gap", "spread_ratio_v", "spread_ratio_p")
-MATCHED, EQUAL, THEORY = "matched lr", "equal steps", "theory protocol"
+PROTOCOL_CLAIMS = ("accuracy_gap", "accuracy_gap_size", "spread_ratio_v", "spread_ratio_v_size", "spread_ratio_p",
+                   "spread_ratio_p_size")
+MATCHED, TUNED, EQUAL, THEORY = "matched lr", "tuned lr", "equal steps", "theory protocol"
 SCREEN_PREFIX = "screen_"  # a rate's metrics after the screen in grid.csv (training/protocol.py writes them)
 
 
@@ -44,7 +46,7 @@ def seed_metrics(folder: Path, seeds: list[int], name: str = "metrics.json") -> 
 
 def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
     """seed -> {"step": one_step metrics, "flow": gradient_flow metrics}, over base.seeds; with `arms`, over the
-    training seeds, and each embedding arm's training metrics under its name."""
+    training seeds, and each embedding arm's kept fit (tuned lr) under its name."""
     seeds = config.training_seeds if arms else config.base.seeds
     runs: Runs = {seed: {} for seed in seeds}
     folders = [("step", results_dir("one_step", dataset)), ("flow", results_dir("gradient_flow", dataset))]
@@ -57,15 +59,16 @@ def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
 
 def grid_runs(dataset: str, config: Config, protocol: str) -> Runs:
     """seed -> arm -> that arm's metrics under another protocol, from its grid.csv: `matched lr`, the full fit at
-    train.lr; `equal steps`, the screen of its kept rate (screen_<name>)."""
+    train.lr, with the controls (trained at train.lr) from its metrics.json; `equal steps`, the screen of its kept
+    rate (screen_<name>)."""
     runs: Runs = {seed: {} for seed in config.training_seeds}
     for arm in EMBEDDINGS:
         for seed in config.training_seeds:
             folder = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
             if not (folder / "grid.csv").exists() or not (folder / "metrics.json").exists():
                 continue
-            grid = pd.read_csv(folder / "grid.csv")
-            wanted = config.train.lr if protocol == MATCHED else read_json(folder / "metrics.json").get("lr")
+            grid, kept = pd.read_csv(folder / "grid.csv"), read_json(folder / "metrics.json")
+            wanted = config.train.lr if protocol == MATCHED else kept.get("lr")
             row = grid[np.isclose(grid["lr"], wanted)] if wanted is not None else grid.iloc[:0]
             if not len(row):
                 continue
@@ -73,6 +76,8 @@ def grid_runs(dataset: str, config: Config, protocol: str) -> Runs:
             if protocol == EQUAL:
                 values = {key[len(SCREEN_PREFIX):]: value for key, value in values.items()
                           if key.startswith(SCREEN_PREFIX)}
+            else:
+                values |= {key: value for key, value in kept.items() if key.startswith(CONTROL_PREFIX)}
             runs[seed][arm] = values
     return runs
 
@@ -101,22 +106,33 @@ def theory_protocol_metrics(dataset: str, seed: int, curves: CurveSettings) -> d
     return token_curves(tokens, E1 @ p_final, E1 @ embeddings["v"], curves)[0]
 
 
+def regime(dataset: str, config: Config) -> Regime:
+    """What the dataset offers the lemmas (its first seed's draw): classes, d, the tokens that occur in training,
+    and whether it is Assumption-1 data."""
+    tokens = read_token_table(data_dir(dataset, config.base.seeds[0]) / "tokens.csv")
+    data = config.data
+    return Regime(tokens.num_classes, config.model.d, int(tokens.occurring().sum()),
+                  data.source == "synthetic" and data.synthetic.mode == "assumption1")
+
+
 def dataset_measurements(dataset: str, config: Config, producer: str,
                          details: dict[str, str] | None = None) -> list[Measurement]:
     """The claims stage `producer` (evaluate, compare) judges on `dataset` (config: its resolved config), and the
     protocol variants of the training claims (compare); details: claim id -> a few words on what was measured."""
-    runs, details = dataset_runs(dataset, config, arms=producer == "compare"), details or {}
+    details = details or {}
     claims = [claim for claim in CLAIMS
               if claim.producer == producer and in_scope(claim, dataset, config.data, config)]
-    measured = [measure(claim, dataset, runs, details.get(claim.id, "")) for claim in claims]
+    if producer == "evaluate":
+        runs, where = dataset_runs(dataset, config), regime(dataset, config)
+        return [measure(claim, dataset, runs, details.get(claim.id, ""), regime=where if claim.requires else None)
+                for claim in claims]
+    kept, matched = dataset_runs(dataset, config, arms=True), grid_runs(dataset, config, MATCHED)
+    measured = [measure(claim, dataset, matched, details.get(claim.id, "")) for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
-    if not variants:
-        return measured
+    measured += [measure(claim, dataset, kept, protocol=TUNED) for claim in variants]
+    measured += [measure(claim, dataset, grid_runs(dataset, config, EQUAL), protocol=EQUAL) for claim in variants]
     curves = curve_settings(config.train)
-    for protocol in (MATCHED, EQUAL):
-        measured += [measure(claim, dataset, grid_runs(dataset, config, protocol), protocol=protocol)
-                     for claim in variants]
-    theory = {seed: {**runs[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}
+    theory = {seed: {**matched[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}
               for seed in config.training_seeds}
     measured += [measure(claim, dataset, theory, protocol=THEORY) for claim in variants
                  if claim.id.startswith("spread_ratio")]

@@ -254,11 +254,18 @@ def power_law_figure(d: np.ndarray, y: np.ndarray, fitted: np.ndarray, slope: fl
     return figure
 
 
-VERDICT_COLOURS = {"holds": "#1a9850", "fails": "#d73027", "inconclusive": "#fdae61", "not computed": "#999999"}
+VERDICT_COLOURS = {"holds": "#1a9850", "fails": "#d73027", "inconclusive": "#fdae61", "exploratory": "#4575b4",
+                   "not computed": "#999999"}
 
 
-def _margin(value: float, comparison: str, threshold: float) -> float:
-    """How far a value lies on the claim's side of its threshold, in units of the threshold (>0: the claim's)."""
+def _margin(value: float, item: object) -> float:
+    """How far a value lies on the claim's side of its threshold, in units of the threshold (>0: the claim's); for
+    a size claim, how far inside its band, in units of the band's half width."""
+    if item.band is not None:
+        low, high = item.band
+        half = (high - low) / 2
+        return (half - abs(value - (low + high) / 2)) / half
+    comparison, threshold = item.claim.comparison, item.threshold
     scale = abs(threshold) or 1.0
     return (value - threshold) / scale if comparison == ">=" else (threshold - value) / scale
 
@@ -269,15 +276,16 @@ def verdicts_figure(rows: list[tuple[str, object]]) -> plt.Figure:
     figure, axis = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.6))
     for position, (_, item) in enumerate(rows):
         y = len(rows) - 1 - position
-        claim = item.claim
         for interval, verdict, offset, filled in ((item.interval, item.verdict, 0.12, True),
                                                    (item.control_interval, item.control_verdict, -0.12, False)):
             if interval is None or interval.n == 0:
                 continue
             colour = VERDICT_COLOURS.get(verdict, "#999999") if filled else "#777777"
-            centre = _margin(interval.mean, claim.comparison, item.threshold)
+            centre = _margin(interval.mean, item)
             if interval.exists:
-                ends = sorted(_margin(end, claim.comparison, item.threshold) for end in (interval.low, interval.high))
+                ends = sorted(_margin(end, item) for end in (interval.low, interval.high))
+                if item.band is not None and interval.low <= sum(item.band) / 2 <= interval.high:
+                    ends[1] = 1.0  # the interval holds the band's centre, the farthest point inside it
                 axis.plot(ends, [y + offset] * 2, color=colour, lw=2.2 if filled else 1.2)
             axis.plot(centre, y + offset, "o", color=colour, ms=5, mfc=colour if filled else "white")
     axis.axvline(0, color="black", lw=1)
@@ -292,5 +300,35 @@ def verdicts_figure(rows: list[tuple[str, object]]) -> plt.Figure:
     axis.legend(handles=handles, fontsize=7, loc="lower right")
     axis.grid(alpha=0.3, axis="x")
     axis.set_title("Every claim: the 95 % interval of its mean over the seeds against its threshold", fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def calibration_figure(rows: list[dict]) -> plt.Figure:
+    """Each calibrated family and dataset: how often its verdict rule holds on the effect at the paper's size, at
+    half of it and on the null, with 95 % intervals; the lines mark the bars a calibrated family clears (power
+    0.8, false positives 0.1)."""
+    measured = [row for row in rows if "power" in row]
+    figure, axis = plt.subplots(figsize=(8, 0.32 * len(measured) + 1.6))
+    styles = {"power": ("#1a9850", "o", 0.2), "half": ("#fdae61", "s", 0.0), "null": ("#d73027", "D", -0.2)}
+    for position, row in enumerate(measured):
+        y = len(measured) - 1 - position
+        for condition, (colour, marker, offset) in styles.items():
+            if condition in row:
+                rate = row[condition]
+                axis.plot([rate["low"], rate["high"]], [y + offset] * 2, color=colour, lw=1.6)
+                axis.plot(rate["rate"], y + offset, marker, color=colour, ms=4)
+    for limit, colour in ((0.8, "#1a9850"), (0.1, "#d73027")):
+        axis.axvline(limit, color=colour, ls="--", lw=1)
+    axis.set_yticks(range(len(measured)), [f"{row['family']} ({row['data']})" for row in reversed(measured)],
+                    fontsize=7)
+    axis.set_xlim(-0.03, 1.03)
+    axis.set_xlabel("share of replicates whose verdict is `holds`")
+    handles = [matplotlib.lines.Line2D([], [], color=colour, marker=marker, lw=1.6, label=label)
+               for (colour, marker, _), label in zip(styles.values(), ("effect at the paper's size (power)",
+                                                                       "at half of it", "null (false positives)"),
+                                                     strict=True)]
+    axis.legend(handles=handles, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
+    axis.grid(alpha=0.3, axis="x")
     figure.tight_layout()
     return figure

@@ -1,8 +1,10 @@
 """One report of every claim: the paper's value, ours with its interval, the threshold, the three-way verdict,
-and the negative control's value and verdict; as Markdown and as a self-contained HTML page.
+the negative control's value and verdict, and the calibration of each claim's verdict rule; as Markdown and as a
+self-contained HTML page.
 
-The stages that measure claims write their measurements (claims.json: evaluate per dataset, ablation_report,
-phase_diagram); the registry (toksel.claims) judges them here with the thresholds of the config. A claim whose
+The stages that measure claims write their measurements (claims.json: evaluate and compare per dataset,
+ablation_report, phase_diagram); the registry (toksel.claims) judges them here with the thresholds of the config.
+The calibration stage writes each claim family's power and false-positive rate (calibration.json). A claim whose
 stage has not run stays in the report and says so.
 """
 
@@ -20,7 +22,7 @@ from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_sco
 from toksel.config import Config, load_config
 from toksel.io import read_json, write_text
 from toksel.markdown import number, table
-from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY
+from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED
 from toksel.paths import results_dir
 from toksel.tracking import StageRun
 from toksel.verdict import Interval
@@ -31,8 +33,10 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
 }
-PROTOCOLS = ("tuned lr", MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; "tuned lr" is the claims' own
+PROTOCOLS = (MATCHED, TUNED, EQUAL, THEORY)  # the sensitivity table's rows; MATCHED is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
+CALIBRATION = results_dir("calibration", "") / "calibration.json"
+VERDICT_KINDS = ("holds", "fails", "inconclusive", "not computed")
 
 
 def read_measurements(root: Path = Path("results")) -> list[Measurement]:
@@ -43,6 +47,22 @@ def read_measurements(root: Path = Path("results")) -> list[Measurement]:
     return found
 
 
+Calibration = list[dict[str, Any]]  # the calibration stage's rows: one per family and dataset
+
+
+def read_calibration(path: Path = CALIBRATION) -> Calibration:
+    """The calibration stage's rows; [] before that stage has run."""
+    return read_json(path) if path.exists() else []
+
+
+def family_standing(calibration: Calibration, family: str) -> str:
+    """calibrated (on every dataset it was run on), uncalibrated, or not run."""
+    rows = [row for row in calibration if row["family"] == family]
+    if not rows:
+        return "not run"
+    return "calibrated" if all(row["calibrated"] for row in rows) else "uncalibrated"
+
+
 @dataclass(frozen=True)
 class Row:
     assessment: Assessment
@@ -51,8 +71,12 @@ class Row:
 
     @property
     def verdict(self) -> str:
-        verdict = self.assessment.verdict
-        return f"not run ({self.producer})" if verdict == "not run" else verdict
+        item = self.assessment
+        if item.verdict == "not run":
+            return f"not run ({self.producer})"
+        if item.verdict == "exploratory":
+            return f"exploratory ({'; '.join(item.unmet)}; the rule alone would say {item.judged_verdict})"
+        return item.verdict
 
 
 def rows(config: Config, measurements: list[Measurement]) -> dict[str, list[Row]]:
@@ -81,24 +105,36 @@ def sensitivity(config: Config, measurements: list[Measurement]) -> list[tuple[C
 
 
 def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
+    """Verdict counts of the paper's claims and of ours apart (judged ones: measured, in the lemma's scope, not
+    descriptions), the exploratory and described rows, and the controls of the judged ones."""
     every = [row.assessment for section in sections.values() for row in section]
-    judged = [item for item in every if item.measurement is not None]
+    judged = [item for item in every if item.judged]
+    counts: dict[str, float] = {}
+    for origin in ("paper", "ours"):
+        mine = [item for item in every if item.claim.origin == origin]
+        prefix = "claims" if origin == "paper" else "ours"
+        counts[prefix] = float(sum(item.judged or item.measurement is None for item in mine))
+        for verdict, name in zip(VERDICT_KINDS, ("held", "failed", "inconclusive", "not_computed"), strict=True):
+            counts[f"{prefix}_{name}"] = float(sum(item.verdict == verdict for item in mine))
+        counts[f"{prefix}_not_run"] = float(sum(item.measurement is None for item in mine))
     controlled = [item for item in judged if item.control_interval is not None and item.control_interval.n > 0]
-    count = {verdict: float(sum(item.verdict == verdict for item in every))
-             for verdict in ("holds", "fails", "inconclusive", "not computed")}
-    return {"claims": float(len(every)), "claims_held": count["holds"], "claims_failed": count["fails"],
-            "claims_inconclusive": count["inconclusive"], "claims_not_computed": count["not computed"],
-            "claims_not_run": float(len(every) - len(judged)),
-            "controls_failing": float(sum(item.control_fails for item in controlled)),
-            "controls_not_failing": float(sum(not item.control_fails for item in controlled))}
+    return counts | {"exploratory": float(sum(item.verdict == "exploratory" for item in every)),
+                     "described": float(sum(item.verdict == "described" for item in every)),
+                     "controls_failing": float(sum(item.control_fails for item in controlled)),
+                     "controls_not_failing": float(sum(not item.control_fails for item in controlled))}
 
 
 def headline(counts: dict[str, float]) -> str:
+    def part(prefix: str) -> str:
+        return (f"{counts[f'{prefix}_held']:.0f} of {counts[prefix]:.0f} hold, {counts[f'{prefix}_failed']:.0f} fail, "
+                f"{counts[f'{prefix}_inconclusive']:.0f} inconclusive, {counts[f'{prefix}_not_computed']:.0f} not "
+                f"computed, {counts[f'{prefix}_not_run']:.0f} not run")
+
     controls = counts["controls_failing"] + counts["controls_not_failing"]
-    return (f"{counts['claims_held']:.0f} of {counts['claims']:.0f} claims hold, {counts['claims_failed']:.0f} fail, "
-            f"{counts['claims_inconclusive']:.0f} inconclusive, {counts['claims_not_computed']:.0f} not computed, "
-            f"{counts['claims_not_run']:.0f} not run; the control fails as it must for "
-            f"{counts['controls_failing']:.0f} of the {controls:.0f} controls measured.")
+    return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not counted: {counts['exploratory']:.0f} "
+            f"exploratory (the data lack what the lemma needs) and {counts['described']:.0f} described, not judged. "
+            f"The control fails as it must for {counts['controls_failing']:.0f} of the {controls:.0f} controls of the "
+            "claims counted.")
 
 
 def interval_text(interval: Interval | None) -> str:
@@ -111,48 +147,111 @@ def interval_text(interval: Interval | None) -> str:
     return f"{number(interval.mean)} [{number(interval.low)}, {number(interval.high)}{seeds}]"
 
 
-def cells(row: Row) -> list[str]:
-    """claim, data, paper, ours, threshold, verdict, control, control verdict."""
+def family_anchor(family: str) -> str:
+    return f"calibration-{family.replace('_', '-')}"
+
+
+def calibration_cell(claim: Claim, calibration: Calibration, markup: str = "md") -> str:
+    """The claim's family, linked to its rows of the calibration table, with its standing."""
+    if not claim.family:
+        return ""
+    standing = family_standing(calibration, claim.family)
+    if markup == "html":
+        return f"<a href='#{family_anchor(claim.family)}'>{html.escape(claim.family)}</a> ({standing})"
+    return f"[{claim.family}](#{family_anchor(claim.family)}) ({standing})"
+
+
+def cells(row: Row, calibration: Calibration = (), markup: str = "md") -> list[str]:
+    """claim, checks, data, paper, ours, threshold, verdict, control, control verdict, calibration family."""
     item, claim = row.assessment, row.assessment.claim
     detail = item.measurement.detail if item.measurement is not None else ""
     ours = "" if item.measurement is None else interval_text(item.interval) + (f"; {detail}" if detail else "")
     control = "" if item.measurement is None else interval_text(item.control_interval)
-    return [f"{claim.source}: {claim.statement}", row.data, claim.paper, ours,
-            f"{claim.comparison} {item.threshold:g}", row.verdict, control,
-            "" if item.measurement is None else item.control_verdict]
+    return [f"{claim.source}: {claim.statement}", claim.kind, row.data, claim.paper, ours, item.threshold_text,
+            row.verdict, control, "" if item.measurement is None else item.control_verdict,
+            calibration_cell(claim, calibration, markup)]
 
 
-HEADER = ["claim", "data", "paper", "ours: mean [95 % interval]", "threshold", "verdict", "control",
-          "control's verdict"]
+HEADER = ["claim", "checks", "data", "paper", "ours: mean [95 % interval]", "threshold", "verdict", "control",
+          "control's verdict", "calibration"]
+VERDICT_COLUMN, CONTROL_COLUMN = HEADER.index("verdict"), HEADER.index("control's verdict")
 
 
-def markdown_table(table_rows: Iterable[Row]) -> list[str]:
+def markdown_table(table_rows: Iterable[Row], calibration: Calibration = ()) -> list[str]:
     """The claims' rows, a failing verdict in bold."""
     def marked(values: list[str]) -> list[str]:
-        return [*values[:5], f"**{values[5]}**" if values[5] == "fails" else values[5], *values[6:]]
+        verdict = values[VERDICT_COLUMN]
+        return [*values[:VERDICT_COLUMN], f"**{verdict}**" if verdict == "fails" else verdict,
+                *values[VERDICT_COLUMN + 1:]]
 
-    return table(HEADER, (marked(cells(row)) for row in table_rows))
+    return table(HEADER, (marked(cells(row, calibration)) for row in table_rows))
 
 
 def sensitivity_lines(found: list[tuple[Claim, str, str, Assessment]]) -> list[str]:
     if not found:
         return []
-    return table(["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict"],
-                 [[claim.statement, data, protocol, interval_text(item.interval),
-                   f"{claim.comparison} {item.threshold:g}", item.verdict] for claim, data, protocol, item in found])
+    return table(["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict", "detail"],
+                 [[claim.statement, data, protocol, interval_text(item.interval), item.threshold_text, item.verdict,
+                   item.measurement.detail] for claim, data, protocol, item in found])
 
 
-PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own learning rate, the best of "
-                 "train.lr_grid on the validation loss, trained to its validation optimum (early stopping within the "
-                 "epoch budget); `matched lr`: every arm at train.lr, the same stopping rule; `equal steps`: every "
-                 "arm at its tuned rate after the same train.screen_epochs epochs; `theory protocol`, for the "
-                 "spread ratios: E frozen at E1 with v at v0 and p from gradient flow in place of the trained "
-                 "one-step arm.")
-METHOD_NOTE = ("Each claim is measured on every seed of base.seeds; `ours` is the mean with its 95 % interval "
-               "(Student's t over the seeds; the phase diagram's claims: the grid's brackets, the fit's "
-               "confidence interval). A claim holds when the whole interval lies on its side of the threshold, "
-               "fails when it lies on the other side, and is inconclusive otherwise. Its control is the same "
-               "measurement where the claim must not hold; the control's verdict should be `fails`.")
+def rate_text(rate: Mapping[str, Any] | None) -> str:
+    """A rate with its 95 % interval: 0.95 [0.86, 0.99]; '-' where the family has no such condition."""
+    if not rate:
+        return "-"
+    return f"{rate['rate']:.2f} [{rate['low']:.2f}, {rate['high']:.2f}]"
+
+
+CALIBRATION_HEADER = ["family", "data", "statistic and rule", "claims", "known answers", "power at the paper's size",
+                      "holds at half of it", "false positives on the null", "standing"]
+
+
+def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[str]]:
+    """One row per family and dataset; with `anchor` ("md" or "html"), each family's first row carries the anchor
+    the claims link to."""
+    anchored: set[str] = set()
+    lines = []
+    for row in calibration:
+        family = row["family"]
+        name = html.escape(family) if anchor == "html" else family
+        if anchor and family not in anchored:
+            name = f"<a id='{family_anchor(family)}'></a>{name}"
+            anchored.add(family)
+        claims = ", ".join(claim.id for claim in CLAIMS if claim.family == family)
+        lines.append([name, row["data"], row["rule"], claims, row["known_answers"], rate_text(row.get("power")),
+                      rate_text(row.get("half")), rate_text(row.get("null")),
+                      "calibrated" if row["calibrated"] else f"uncalibrated: {row['reason']}"])
+    return lines
+
+
+def calibration_lines(calibration: Calibration) -> list[str]:
+    """The calibration table, each family's first row with an anchor the claims link to."""
+    if not calibration:
+        return ["## How each verdict rule is calibrated", "",
+                "The calibration stage has not run (dvc repro calibrate).", ""]
+    return ["## How each verdict rule is calibrated", "", CALIBRATION_NOTE, "",
+            *table(CALIBRATION_HEADER, calibration_rows(calibration, anchor="md")), ""]
+
+
+PROTOCOL_NOTE = ("`matched lr` (the claims' protocol, as the paper ran them): every embedding arm at train.lr, "
+                 "trained to its validation optimum (early stopping within the epoch budget); `tuned lr`: each arm at "
+                 "its own learning rate, the best of its screen on the validation loss (the grid extended past an "
+                 "edge where the best sat on it), the same stopping rule; `equal steps`: every arm at its tuned rate "
+                 "after the same train.screen_epochs epochs; `theory protocol`, for the spread ratios: E frozen at E1 "
+                 "with v at v0 and p from gradient flow in place of the trained one-step arm.")
+METHOD_NOTE = ("Each claim is measured on every seed it runs (five for the theory, three for training); `ours` is "
+               "the mean with its 95 % interval (Student's t over the seeds; the phase diagram's claims: the grid's "
+               "brackets, the fit's confidence interval). A presence claim holds when the whole interval lies on its "
+               "side of the threshold, fails when it lies on the other side, and is inconclusive otherwise; a size "
+               "claim holds when the interval lies inside the band around the paper's number, fails when it misses "
+               "it. Its control is the same measurement on a near miss, where everything is as in the claim but the "
+               "claimed effect; the control's verdict should be `fails`. A claim on data its lemma does not cover is "
+               "exploratory: shown, not counted. Each claim links to the calibration of its verdict rule.")
+CALIBRATION_NOTE = ("Each family's statistic and verdict rule, run as the claims run them (the same seeds per "
+                    "verdict, the same threshold), on replicates with a known answer: the effect planted at the "
+                    "paper's size (power), at half of it, and absent on a realistic null (false positives). A rate's "
+                    "95 % interval is Wilson's. A family is calibrated when its power is at least 0.8 and its false-"
+                    "positive rate at most 0.1; for a size check the null is the effect at half the paper's size.")
 
 
 INTERRUPTION = "resumed_after_interruption"
@@ -183,20 +282,27 @@ def interruption_note(fits: list[str]) -> str:
             f"in the last digits): {', '.join(fits)}.")
 
 
+MEASURES_HEADER = ["claim", "source", "checks", "statistic", "control", "a bug that would make the control pass"]
+
+
+def measures_rows() -> list[list[str]]:
+    return [[claim.id, claim.source, f"{claim.kind} ({claim.origin})", claim.measures, claim.control, claim.bug]
+            for claim in CLAIMS]
+
+
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-             out: Path, interrupted: list[str] = (), readings: list[str] = ()) -> str:
+             out: Path, interrupted: list[str] = (), readings: list[str] = (), calibration: Calibration = ()) -> str:
     """The report as Markdown; figures linked relative to `out` (the report's folder)."""
     lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
     if interrupted:
         lines += [interruption_note(list(interrupted)), ""]
     for heading, section in sections.items():
-        lines += [f"## {heading}", "", *markdown_table(section), ""]
+        lines += [f"## {heading}", "", *markdown_table(section, calibration), ""]
+    lines += calibration_lines(calibration)
     if found:
         lines += ["## How the protocol moves the verdicts", "", PROTOCOL_NOTE, "", *sensitivity_lines(found), ""]
     lines += [*readings]
-    lines += ["## What each claim measures", "", *table(["claim", "source", "statistic", "control"],
-                                                        [[f"`{claim.id}`", claim.source, claim.measures, claim.control]
-                                                         for claim in CLAIMS])]
+    lines += ["## What each claim measures", "", *table(MEASURES_HEADER, measures_rows())]
     lines += ["", "## Figures", ""]
     for caption, path in figures:
         lines += [f"### {caption}", "", f"![{caption}]({_relative(path, out)})", ""]
@@ -210,18 +316,42 @@ def _relative(path: Path, start: Path) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;width:100%;font-size:13px;margin-bottom:1.5em}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
-td.holds{background:#e6f4ea}td.fails{background:#fce8e6;font-weight:bold}td.inconclusive{background:#fef7e0}
-td.missing{background:#f1f1f1}
+td.holds,td.good{background:#e6f4ea}td.fails,td.bad{background:#fce8e6;font-weight:bold}
+td.inconclusive{background:#fef7e0}td.missing{background:#f1f1f1}td.exploratory{background:#e8f0fe}
 img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}
 td.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}"""
 
 
 def _verdict_class(verdict: str) -> str:
+    if verdict.startswith("exploratory"):
+        return "exploratory"
     return verdict if verdict in ("holds", "fails", "inconclusive") else "missing"
 
 
+def _control_class(verdict: str) -> str:
+    """A control that fails does what it must (green); one that holds or is inconclusive does not."""
+    return {"fails": "good", "holds": "bad", "inconclusive": "inconclusive"}.get(verdict, "missing")
+
+
+def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[list[str]] | None = None,
+               raw: tuple[int, ...] = ()) -> str:
+    """A table with escaped cells (but the columns in `raw`, already HTML) and a class per cell ("": none)."""
+    escape = html.escape
+    rows = list(rows)
+    classes = list(classes) if classes is not None else [[""] * len(header) for _ in rows]
+
+    def cell(column: int, kind: str, value: str) -> str:
+        opening = f"<td class='{kind}'>" if kind else "<td>"
+        return opening + (value if column in raw else escape(value)) + "</td>"
+
+    body = "".join("<tr>" + "".join(cell(column, kind, value) for column, (kind, value)
+                                    in enumerate(zip(kinds, row, strict=True))) + "</tr>"
+                   for row, kinds in zip(rows, classes, strict=True))
+    return "<table><tr>" + "".join(f"<th>{escape(name)}</th>" for name in header) + "</tr>" + body + "</table>"
+
+
 def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-              interrupted: list[str] = (), readings: str = "") -> str:
+              interrupted: list[str] = (), readings: str = "", calibration: Calibration = ()) -> str:
     """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
     escape = html.escape
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
@@ -229,31 +359,29 @@ def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: 
              f"<p>{escape(headline(tally(sections)))}</p><p>{escape(METHOD_NOTE)}</p>"]
     if interrupted:
         parts.append(f"<p>{escape(interruption_note(list(interrupted)))}</p>")
+    calibration_column = HEADER.index("calibration")
     for heading, section in sections.items():
-        parts.append(f"<h2>{escape(heading)}</h2><table><tr>" + "".join(f"<th>{escape(name)}</th>" for name in HEADER)
-                     + "</tr>")
-        for row in section:
-            values = cells(row)
-            kinds = ["", "", "", "", "", _verdict_class(values[5]), "", _verdict_class(values[7])]
-            parts.append("<tr>" + "".join(f"<td class='{kind}'>{escape(value)}</td>" if kind else
-                                          f"<td>{escape(value)}</td>" for kind, value in zip(kinds, values,
-                                                                                           strict=True)) + "</tr>")
-        parts.append("</table>")
+        values = [cells(row, calibration, markup="html") for row in section]
+        kinds = [[_verdict_class(value) if i == VERDICT_COLUMN else _control_class(value) if i == CONTROL_COLUMN
+                  else "" for i, value in enumerate(row)] for row in values]
+        parts.append(f"<h2>{escape(heading)}</h2>" + html_table(HEADER, values, kinds, raw=(calibration_column,)))
+    parts.append("<h2>How each verdict rule is calibrated</h2>")
+    if calibration:
+        table_rows = calibration_rows(calibration, anchor="html")
+        kinds = [[""] * (len(row) - 1) + ["good" if row[-1] == "calibrated" else "bad"] for row in table_rows]
+        parts.append(f"<p>{escape(CALIBRATION_NOTE)}</p>" + html_table(CALIBRATION_HEADER, table_rows, kinds, raw=(0,)))
+    else:
+        parts.append("<p>The calibration stage has not run (dvc repro calibrate).</p>")
     if found:
-        parts.append(f"<h2>How the protocol moves the verdicts</h2><p>{escape(PROTOCOL_NOTE)}</p><table><tr>"
-                     "<th>claim</th><th>data</th><th>protocol</th><th>ours: mean [95 % interval]</th>"
-                     "<th>threshold</th><th>verdict</th></tr>")
-        for claim, data, protocol, item in found:
-            parts.append(f"<tr><td>{escape(claim.statement)}</td><td>{escape(data)}</td><td>{escape(protocol)}</td>"
-                         f"<td>{escape(interval_text(item.interval))}</td><td>{claim.comparison} {item.threshold:g}"
-                         f"</td><td class='{_verdict_class(item.verdict)}'>{escape(item.verdict)}</td></tr>")
-        parts.append("</table>")
+        values = [[claim.statement, data, protocol, interval_text(item.interval), item.threshold_text, item.verdict,
+                   item.measurement.detail] for claim, data, protocol, item in found]
+        kinds = [["", "", "", "", "", _verdict_class(row[5]), ""] for row in values]
+        parts.append(f"<h2>How the protocol moves the verdicts</h2><p>{escape(PROTOCOL_NOTE)}</p>"
+                     + html_table(["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict",
+                                   "detail"], values, kinds))
     parts.append(readings)
-    parts.append("<h2>What each claim measures</h2><table><tr><th>claim</th><th>source</th><th>statistic</th>"
-                 "<th>control</th></tr>")
-    parts += [f"<tr><td>{escape(claim.id)}</td><td>{escape(claim.source)}</td><td>{escape(claim.measures)}</td>"
-              f"<td>{escape(claim.control)}</td></tr>" for claim in CLAIMS]
-    parts.append("</table><h2>Figures</h2>")
+    parts.append("<h2>What each claim measures</h2>" + html_table(MEASURES_HEADER, measures_rows()))
+    parts.append("<h2>Figures</h2>")
     for caption, path in figures:
         encoded = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f"<figure><figcaption>{escape(caption)}</figcaption>"
@@ -280,9 +408,9 @@ def figures(config: Config) -> list[tuple[str, Path]]:
 
 
 def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
-    """(label, assessment) of every measured claim, for the forest plot."""
+    """(label, assessment) of every measured claim (not the descriptions), for the forest plot."""
     return [(f"{row.assessment.claim.id} ({row.data})", row.assessment) for section in sections.values()
-            for row in section if row.assessment.measurement is not None]
+            for row in section if row.assessment.measurement is not None and row.assessment.verdict != "described"]
 
 
 def publish_summary(run: StageRun, out: Path, summary: str, metrics: Mapping[str, Any],

@@ -9,6 +9,9 @@ deviation. The verdict compares the whole interval with the threshold:
 - `fails` when it lies strictly on the other side,
 - `inconclusive` when it straddles the threshold, or when there is no interval (a single seed),
 - `not computed` when no seed gave a finite value.
+
+A size claim is judged against a band around the paper's number instead (`judge_within`): it holds when the
+whole interval lies inside the band, fails when the interval misses the band, and is inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -78,3 +81,15 @@ def judge(interval: Interval, comparison: str, threshold: float) -> str:
     if comparison == ">=":
         return "holds" if interval.low >= threshold else "fails" if interval.high < threshold else "inconclusive"
     return "holds" if interval.high <= threshold else "fails" if interval.low > threshold else "inconclusive"
+
+
+def judge_within(interval: Interval, low: float, high: float) -> str:
+    """`holds` when the interval lies inside [low, high], `fails` when it lies wholly outside, else `inconclusive`;
+    `not computed` without a value."""
+    if interval.n == 0:
+        return "not computed"
+    if not interval.exists:
+        return "inconclusive"
+    if low <= interval.low and interval.high <= high:
+        return "holds"
+    return "fails" if interval.high < low or interval.low > high else "inconclusive"

@@ -83,6 +83,16 @@ class PackedSplit:
             shuffled[rng.permutation(rows)] = np.repeat(classes, counts)
         return dataclasses.replace(self, labels=shuffled)
 
+    def with_signal(self, share: float, seed: int | tuple[int, ...]) -> PackedSplit:
+        """Labels that keep a `share` of their signal: each row keeps its true label with probability `share`, else
+        takes its shuffled one (with_shuffled_labels(seed)): 1 is the data, 0 its shuffled control, 1/2 half the
+        signal (the calibration's planted effects)."""
+        if share >= 1:
+            return self
+        shuffled = self.with_shuffled_labels(seed)
+        kept = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0]).random(self.n) < share
+        return dataclasses.replace(self, labels=np.where(kept, self.labels, shuffled.labels))
+
     def dense_sequences(self) -> np.ndarray:
         """(n, T) token ids; only for equal-length splits (the dense reference model)."""
         lengths = self.lengths

@@ -1,17 +1,17 @@
 """One protocol for the runs a claim compares: the same learning-rate procedure and stopping rule for every
 arm, and each run's negative control.
 
-- Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs
-  (the screen); when the rate with the lowest validation loss is the grid's smallest or largest, the grid is
-  extended beyond it by its own spacing, up to `lr_extensions` times, so that the chosen rate lies inside the
-  rates tried (`lr_at_edge` says when it still does not). The best rate then goes on from where its screen
-  stopped, under the stopping rule (early stopping on the validation loss, within the epoch budget, counted from
-  the first epoch): the kept model. The rate the matched-lr protocol reads (train.lr) goes on the same way, when it is not the
-  kept one. Going on rather than starting afresh saves the screen's epochs, and changes only the order of the
-  batches after the screen (the loader's generator starts anew): a fit's `resumed_from_epoch` is where its
-  screen ended. A single rate (the ablations) skips the screen. A rate at which the loss stops being finite
-  loses the screen (a warning, its run FAILED); when every rate does, the stage stops. Every fit is an MLflow
-  run nested under the stage's, tagged `lr` and `phase` (screen, kept, matched).
+- Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs (the
+  screen); when the rate with the lowest validation loss is the grid's smallest or largest, the grid is extended
+  beyond it by its own spacing, up to `lr_extensions` times, so that the chosen rate lies inside the rates tried
+  (`lr_at_edge` says when it still does not). The best rate then goes on from where its screen stopped, under the
+  stopping rule (early stopping on the validation loss, within the epoch budget, counted from the first epoch): the
+  kept model. The rate the matched-lr protocol reads (train.lr) goes on the same way, when it is not the kept one.
+  Going on rather than starting afresh saves the screen's epochs, and changes only the order of the batches after
+  the screen (the loader's generator starts anew): a fit's `resumed_from_epoch` is where its screen ended. A single
+  rate (the ablations) skips the screen. A rate at which the loss stops being finite loses the screen (a warning,
+  its run FAILED); when every rate does, the stage stops. Every fit is an MLflow run nested under the stage's,
+  tagged `lr` and `phase` (screen, kept, matched).
 - Control: the matched-lr protocol's rate (the claims' protocol: one rate for every arm, as the paper ran them)
   on the same rows with the training labels shuffled, scored on the true test labels: a near miss, a model
   trained as the claim's own is on labels that carry no signal (its curves are read against the true held-out
