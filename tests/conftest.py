@@ -63,7 +63,8 @@ def dvc_project(tmp_path: Path) -> Path:
     tiny_training = ["train.max_epochs=2", "train.batch_size=16", "train.datasets=[synthetic]", "train.lr_grid=[0.001]",
                      "train.heldout_min_count=1", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
                      "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
-                     "phase.eta0=[40]", "phase.d=[256]"]  # one phase cell: the gradient_flow stage's own (d, eta0)
+                     "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
+                     "calibration.replicates=3"]
     params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
     OmegaConf.save(params, tmp_path / "params.yaml")

@@ -32,9 +32,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     assert first.index("report") == len(first) - 1 and first.index("phase_diagram") > first.index("phase")
     theory = ["phase", "phase_diagram", "report"]
     assert sorted(first) == sorted(["check_params", "prepare", "one_step", "gradient_flow", *training, "evaluate",
-                                    "compare", *ablations, "ablation_report", *theory])
+                                    "compare", *ablations, "ablation_report", "calibrate", *theory])
+    assert first.index("calibrate") < first.index("report")
     every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "ablation",
-                          "ablation_report", *theory])
+                          "ablation_report", "calibrate", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
     assert "2-layer + W_KQ: p^T W_KQ^(2) E_s | synthetic two_layer_kq |" in summary
@@ -46,7 +47,7 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
                  "cells_selecting"):
         assert f'"{name}"' in shown
     report = (dvc_project / "results" / "report" / "report.md").read_text()
-    assert "| Lemma 4.4: p_t selects the important token of every sequence | synthetic |" in report
+    assert "| Lemma 4.4: p_t selects the important token of every sequence | presence | synthetic |" in report
 
     assert stages_run(dvc(dvc_project, "repro")) == []  # nothing changed
 
@@ -55,9 +56,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = dvc(dvc_project, "repro")
     # The phase row runs GD too; compare reads the flow for the theory protocol.
-    assert sorted(stages_run(second)) == sorted(["check_params", "gradient_flow", "evaluate", "compare", *theory])
-    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([
-        sorted(["evaluate", "compare", "gradient_flow", *theory]), every_stage])
+    # The calibration follows the flow's settings too.
+    rerun = ["gradient_flow", "evaluate", "compare", "calibrate", *theory]
+    assert sorted(stages_run(second)) == sorted(["check_params", *rerun])
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([sorted(rerun), every_stage])
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("5000,")  # the last record: the new horizon
 
@@ -65,7 +67,7 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     # descendants is DVC's own, shown above), which keeps this test inside the time budget of `make test`.
     patience, params.train.patience = params.train.patience, 5  # a training parameter: the training runs and
     OmegaConf.save(params, dvc_project / "params.yaml")  # compare, which reads the arms' protocol
-    assert stages_stale(dvc_project) == sorted(["check_params", *training, *ablations, "compare"])
+    assert stages_stale(dvc_project) == sorted(["check_params", *training, *ablations, "compare", "calibrate"])
     params.train.patience = patience
     params.sequence.bucketed = False  # a sequence-model parameter: the ablations and their report only
     OmegaConf.save(params, dvc_project / "params.yaml")

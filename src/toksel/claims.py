@@ -375,10 +375,6 @@ class Assessment:
         return self.measurement is not None and self.verdict not in ("exploratory", "described")
 
     @property
-    def control_fails(self) -> bool:
-        return self.control_verdict == "fails"
-
-    @property
     def band(self) -> tuple[float, float] | None:
         """A size claim's band: the paper's value divided and multiplied by the factor."""
         if self.claim.comparison != "within" or self.claim.paper_value is None:

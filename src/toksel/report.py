@@ -120,8 +120,8 @@ def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
     controlled = [item for item in judged if item.control_interval is not None and item.control_interval.n > 0]
     return counts | {"exploratory": float(sum(item.verdict == "exploratory" for item in every)),
                      "described": float(sum(item.verdict == "described" for item in every)),
-                     "controls_failing": float(sum(item.control_fails for item in controlled)),
-                     "controls_not_failing": float(sum(not item.control_fails for item in controlled))}
+                     "controls_not_holding": float(sum(item.control_verdict != "holds" for item in controlled)),
+                     "controls_holding": float(sum(item.control_verdict == "holds" for item in controlled))}
 
 
 def headline(counts: dict[str, float]) -> str:
@@ -130,11 +130,11 @@ def headline(counts: dict[str, float]) -> str:
                 f"{counts[f'{prefix}_inconclusive']:.0f} inconclusive, {counts[f'{prefix}_not_computed']:.0f} not "
                 f"computed, {counts[f'{prefix}_not_run']:.0f} not run")
 
-    controls = counts["controls_failing"] + counts["controls_not_failing"]
+    controls = counts["controls_not_holding"] + counts["controls_holding"]
     return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not counted: {counts['exploratory']:.0f} "
             f"exploratory (the data lack what the lemma needs) and {counts['described']:.0f} described, not judged. "
-            f"The control fails as it must for {counts['controls_failing']:.0f} of the {controls:.0f} controls of the "
-            "claims counted.")
+            f"The check does not hold on its control, a near miss without the effect, for "
+            f"{counts['controls_not_holding']:.0f} of the {controls:.0f} controls of the claims counted.")
 
 
 def interval_text(interval: Interval | None) -> str:
