@@ -19,6 +19,8 @@ from toksel.plots import save_figure, verdicts_figure
 from toksel.readings import all_shown, readings_html, readings_markdown
 from toksel.report import (
     figures,
+    flow_checks,
+    flow_note,
     forest_rows,
     headline,
     html_page,
@@ -45,10 +47,11 @@ def report(config: Config, run: StageRun) -> None:
     interrupted = interrupted_fits([results_dir("train", ""), results_dir("ablation", "")])
     reviews = all_shown(config)  # what the kept models select in real test reviews
     calibration = read_calibration()
+    notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted, readings_markdown(reviews),
-                                           calibration))
+                                           calibration, notes))
     write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted, readings_html(reviews),
-                                              calibration))
+                                              calibration, notes))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)
     run.log_artifact(OUT / "verdicts.png", "figures")

@@ -57,12 +57,12 @@ def reported(tmp_path_factory):
 
 
 def test_a_phase_cell_records_selection_max_margin_and_the_one_step_error(reported):
-    cell = json.loads((reported / "results" / "phase" / "d64" / "metrics.json").read_text())["eta40"]
+    cell = json.loads((reported / "results" / "phase" / "d64" / "metrics.json").read_text())["eta40"]["seed0"]
     assert (cell["d"], cell["eta0"]) == (64, 40)
     for name in ("selection_fraction", "cos_max_margin", "one_step_orthogonal_ratio", "one_step_slope_rel_error"):
         assert cell[name] is not None and math.isfinite(cell[name])
     # At d = 256 and eta0 = 40 the cell is the one_step and gradient_flow stages of TINY, run again.
-    again = json.loads((reported / "results" / "phase" / "d256" / "metrics.json").read_text())["eta40"]
+    again = json.loads((reported / "results" / "phase" / "d256" / "metrics.json").read_text())["eta40"]["seed0"]
     flow = json.loads((reported / "results" / "gradient_flow" / "synthetic" / "seed0" / "metrics.json").read_text())
     first_step = json.loads((reported / "results" / "one_step" / "synthetic" / "seed0" / "metrics.json").read_text())
     assert again["selection_fraction"] == flow["selection_fraction"]
@@ -87,7 +87,8 @@ def test_the_phase_diagram_gathers_the_grid_and_fits_the_d_sweep(reported):
 def test_a_missing_cell_or_non_assumption1_data_is_a_clear_error(reported, capsys, monkeypatch):
     monkeypatch.chdir(reported)
     assert phase_diagram.main([*TINY, "phase.eta0=[40,80]", "phase.d=[64]"]) == 2
-    assert "results/phase/d64/metrics.json has no cell eta0 = 80: run the phase stage again" in capsys.readouterr().err
+    assert "results/phase/d64/metrics.json has no cell eta0 = 80 for seed 0: run the phase stage again" in (
+        capsys.readouterr().err)
     assert phase_diagram.main([*TINY, "phase.eta0=[40]", "phase.d=[32]"]) == 2
     assert "results/phase/d32/metrics.json is missing: run the phase@32 stage first" in capsys.readouterr().err
     assert phase.main([*TINY, "dataset=synthetic_independent"]) == 2
@@ -113,6 +114,8 @@ def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(r
     # Each claim links to its family's row of the calibration table (that stage has not run here).
     assert "[one_step](#calibration-one-step) (not run)" in rows[0]
     assert "The calibration stage has not run" in text
+    # The theory stage's one seed and the two phase cells each checked their steps against halved ones.
+    assert "Every gradient-flow run follows the flow: each of the 3 runs" in text
     # Only the theory stages ran on synthetic data: the rest says so, naming the stage to run.
     assert "not run (evaluate@imdb)" in text and "not run (evaluate@synthetic_independent)" in text
     assert "not run (ablation_report)" in text

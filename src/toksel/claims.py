@@ -176,6 +176,7 @@ def tighter_curves(vector: str, paper: str, factor: float) -> tuple[Claim, Claim
     return presence, size
 
 
+EDGE = "the geometric middle of the grid's bracket; each seed its own grid and mean |alpha_s|"
 LEMMA41_BUG = "alpha_s taken from the labels the step used (a shuffle that reached the token statistics)"
 FLOW_BUG = "the control's flow started from the E1 of the true step (a stale embeddings file)"
 
@@ -254,19 +255,19 @@ CLAIMS: tuple[Claim, ...] = (
     # Beyond the paper: the eta0 x d phase diagram (intervals from the grid's brackets and the fit).
     Claim("phase_lower_edge", "Ours", "the lower edge of the eta0 window of selection is eta0 |alpha| / 2 = "
           "1/sqrt(d)", "phase", "the scale argument (eta0 'large enough')", Statistic(("phase",), "low_edge_factor"),
-          "the largest factor, over d, between a measured edge and the argument's (interval: the grid's brackets)",
-          "<=", "report.max_edge_factor", "the same edges against the neighbouring law eta0 |alpha| / 2 = 1/d",
+          f"the largest factor, over d, between a measured edge and the argument's ({EDGE})", "<=",
+          "report.max_edge_factor", "the same edges against the neighbouring law eta0 |alpha| / 2 = 1/d",
           producer="phase_diagram", family="phase_edge", origin="ours",
           bug="an edge compared with the law it was measured to fit (the same law on both sides)"),
     Claim("phase_upper_edge", "Ours", "the upper edge of the eta0 window of selection is eta0 |alpha| / 2 = 1",
           "phase", "the scale argument", Statistic(("phase",), "high_edge_factor"),
-          "the largest factor, over d, between a measured edge and the argument's (interval: the grid's brackets)",
-          "<=", "report.max_edge_factor", "the same edges against the neighbouring law eta0 |alpha| / 2 = "
-          "1/sqrt(d)", producer="phase_diagram", family="phase_edge", origin="ours",
+          f"the largest factor, over d, between a measured edge and the argument's ({EDGE})", "<=",
+          "report.max_edge_factor", "the same edges against the neighbouring law eta0 |alpha| / 2 = 1/sqrt(d)",
+          producer="phase_diagram", family="phase_edge", origin="ours",
           bug="an edge compared with the law it was measured to fit (the same law on both sides)"),
     Claim("phase_error_slope", "Ours", "the one-step error (update orthogonal to v) falls like 1/sqrt(d)", "phase",
           "log-log slope -1/2", Statistic(("phase",), "one_step_error_slope_deviation"),
-          "|log-log slope + 1/2| (interval: the fit's 95 % confidence interval of the slope)", "<=",
+          "|log-log slope + 1/2| of each seed's grid", "<=",
           "report.max_slope_deviation", "the same fit to the update along v, which does not fall with d",
           producer="phase_diagram", family="error_slope", origin="ours",
           bug="the fit's two sides swapped: the update along v divided by the orthogonal one"),

@@ -277,6 +277,42 @@ def interrupted_fits(folders: Iterable[Path]) -> list[str]:
     return found
 
 
+FAITHFUL = "flow_faithful"
+
+
+def flow_checks(root: Path = Path("results")) -> tuple[int, list[str]]:
+    """How many gradient-flow runs (the gradient_flow stage's seeds, the phase cells) checked their steps against
+    the same run with every step halved, and which of them differ by more than gradient_flow.agreement."""
+    checked, flagged = 0, []
+
+    def walk(node: object, where: str) -> None:
+        nonlocal checked
+        if isinstance(node, dict):
+            if FAITHFUL in node:
+                checked += 1
+                if not node[FAITHFUL]:
+                    flagged.append(where)
+            for key, value in node.items():
+                if isinstance(value, dict):
+                    walk(value, f"{where} {key}")
+
+    for path in sorted((root / "gradient_flow").glob("*.json")) + sorted((root / "phase").glob("*/metrics.json")):
+        walk(read_json(path), str(path.relative_to(root).with_suffix("")).replace("/metrics", ""))
+    return checked, flagged
+
+
+def flow_note(checked: int, flagged: list[str]) -> str:
+    if not checked:
+        return ""
+    if not flagged:
+        return (f"Every gradient-flow run follows the flow: each of the {checked} runs (the gradient_flow stages' "
+                "seeds and the phase cells) agrees with the same run with every step halved within "
+                "gradient_flow.agreement.")
+    return (f"{len(flagged)} of {checked} gradient-flow runs differ from the same run with every step halved by more "
+            f"than gradient_flow.agreement (their steps are too long for the flow; read them with care): "
+            f"{', '.join(flagged)}.")
+
+
 def interruption_note(fits: list[str]) -> str:
     return ("" if not fits else "Resumed after an interruption (a resumed fit may differ from an uninterrupted one "
             f"in the last digits): {', '.join(fits)}.")
@@ -291,11 +327,13 @@ def measures_rows() -> list[list[str]]:
 
 
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-             out: Path, interrupted: list[str] = (), readings: list[str] = (), calibration: Calibration = ()) -> str:
+             out: Path, interrupted: list[str] = (), readings: list[str] = (), calibration: Calibration = (),
+             notes: Iterable[str] = ()) -> str:
     """The report as Markdown; figures linked relative to `out` (the report's folder)."""
     lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
     if interrupted:
         lines += [interruption_note(list(interrupted)), ""]
+    lines += [line for note in notes if note for line in (note, "")]
     for heading, section in sections.items():
         lines += [f"## {heading}", "", *markdown_table(section, calibration), ""]
     lines += calibration_lines(calibration)
@@ -351,7 +389,8 @@ def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[l
 
 
 def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-              interrupted: list[str] = (), readings: str = "", calibration: Calibration = ()) -> str:
+              interrupted: list[str] = (), readings: str = "", calibration: Calibration = (),
+              notes: Iterable[str] = ()) -> str:
     """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
     escape = html.escape
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
@@ -359,6 +398,7 @@ def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: 
              f"<p>{escape(headline(tally(sections)))}</p><p>{escape(METHOD_NOTE)}</p>"]
     if interrupted:
         parts.append(f"<p>{escape(interruption_note(list(interrupted)))}</p>")
+    parts += [f"<p>{escape(note)}</p>" for note in notes if note]
     calibration_column = HEADER.index("calibration")
     for heading, section in sections.items():
         values = [cells(row, calibration, markup="html") for row in section]

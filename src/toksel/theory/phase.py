@@ -59,18 +59,6 @@ def edge_factor(measured: float | None, predicted: float) -> float | None:
     return None if measured is None else max(measured / predicted, predicted / measured)
 
 
-def factor_range(window: Window, which: str, predicted: float) -> tuple[float, float] | None:
-    """The smallest and largest factor between the predicted edge and any point of the grid's bracket of the
-    measured one (the edge lies somewhere in it); None if the grid does not bracket it."""
-    inside, outside = (window.low, window.below) if which == "low" else (window.high, window.above)
-    if inside is None or outside is None:
-        return None
-    ends = sorted((inside, outside))
-    factors = [edge_factor(end, predicted) for end in ends]
-    smallest = 1.0 if ends[0] <= predicted <= ends[1] else min(factors)
-    return smallest, max(factors)
-
-
 @dataclass(frozen=True)
 class PowerLaw:
     slope: float  # b in y = a d^b
@@ -98,10 +86,3 @@ def fit_power_law(d: np.ndarray, y: np.ndarray) -> PowerLaw:
         half = float(student_t.ppf(0.975, len(log_d) - 2)) * stderr
         interval = (float(slope) - half, float(slope) + half)
     return PowerLaw(float(slope), float(math.exp(intercept)), r, interval)
-
-
-def deviation_range(interval: tuple[float, float], target: float) -> tuple[float, float]:
-    """The smallest and largest |slope - target| over a slope interval."""
-    low, high = interval
-    ends = sorted((abs(low - target), abs(high - target)))
-    return (0.0 if low <= target <= high else ends[0]), ends[1]
