@@ -18,6 +18,7 @@ from toksel.paths import results_dir
 from toksel.plots import save_figure, verdicts_figure
 from toksel.readings import all_shown, readings_html, readings_markdown
 from toksel.report import (
+    d_sweep_rows,
     figures,
     flow_checks,
     flow_note,
@@ -34,7 +35,7 @@ from toksel.report import (
 )
 from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase")
+SECTIONS = ("base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase", "d_sweep")
 OUT = results_dir("report", "")
 TITLE = "toksel: the paper's claims in our runs"
 
@@ -48,10 +49,11 @@ def report(config: Config, run: StageRun) -> None:
     reviews = all_shown(config)  # what the kept models select in real test reviews
     calibration = read_calibration()
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
+    sweep = d_sweep_rows(config)
     write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted, readings_markdown(reviews),
-                                           calibration, notes))
+                                           calibration, notes, sweep))
     write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted, readings_html(reviews),
-                                              calibration, notes))
+                                              calibration, notes, sweep))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)
     run.log_artifact(OUT / "verdicts.png", "figures")

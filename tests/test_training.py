@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from mlflow import MlflowClient
 
-from pipelines import compare, gradient_flow, train
+from pipelines import compare, d_sweep, gradient_flow, train
 from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
 from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
@@ -129,6 +129,23 @@ def test_a_best_rate_at_the_edge_of_the_grid_extends_the_grid_beyond_it(prepared
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["lr_rates_tried"] == 4 and metrics["lr"] in rates[1:]
     assert metrics["lr_at_edge"] == float(metrics["lr"] == 0.1)  # still at the top after the last extension
+
+
+def test_the_d_sweep_fits_both_arms_at_every_d_beside_the_train_stages_runs(prepared):
+    args = [*TINY, *TRAIN, ALL_ARMS, "d_sweep.datasets=[synthetic]", "d_sweep.d=[4,32]"]
+    assert train.main(args) == 0
+    assert d_sweep.main(args) == 0
+    out = prepared / "results" / "d_sweep" / "synthetic"
+    sweep = pd.read_csv(out / "sweep.csv")
+    assert sorted(set(sweep["d"])) == [4, 32, 256]  # the sweep's d and the train stage's model.d
+    assert set(sweep["arm"]) == {"trained", "untrained"} and len(sweep) == 6  # one seed (TINY)
+    assert set(sweep[sweep["d"] == 256]["source"]) == {"train stage"}
+    assert sweep["test_accuracy"].between(0, 1).all() and (sweep["d_over_vocabulary"] == sweep["d"] / 32).all()
+    accuracy = sweep.set_index(["d", "arm"])["test_accuracy"]
+    assert accuracy[256, "untrained"] > accuracy[4, "untrained"]  # random frozen embeddings need dimensions
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["d4"]["gap"] == pytest.approx(accuracy[4, "trained"] - accuracy[4, "untrained"])
+    assert (out / "accuracy.png").stat().st_size > 10_000
 
 
 def test_evaluate_sets_the_three_training_runs_side_by_side(prepared):

@@ -214,6 +214,17 @@ class PhaseConfig:
 
 
 @dataclass
+class DSweepConfig:
+    datasets: List[str] = field(  # noqa: UP006
+        default_factory=lambda: ["yelp_polarity"],
+        metadata={"help": "dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained "
+                          "arms at every d, every training seed"})
+    d: List[int] = field(  # noqa: UP006
+        default_factory=lambda: [16, 64, 256, 1024],
+        metadata={"help": "the embedding dimensions of the sweep (the train stage's model.d joins them)"})
+
+
+@dataclass
 class CalibrationConfig:
     replicates: int = bounded(48, ge=2, help="verdicts per known answer: a rate's 95 % interval is then within "
                                              "+-0.15 wherever the rate lies")
@@ -272,6 +283,7 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    d_sweep: DSweepConfig = field(default_factory=DSweepConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
 
@@ -357,6 +369,14 @@ def _check_consistency(config: Config, prefix: str) -> None:
         if config.datasets and name not in config.datasets:
             raise ToksError(f"config error: {prefix}ablation names the dataset {name!r}, which `datasets` does not "
                             f"define ({', '.join(config.datasets)})")
+    sweep = config.d_sweep
+    if not sweep.d or min(sweep.d) < 1 or len(set(sweep.d)) != len(sweep.d):
+        raise ToksError(f"config error: {prefix}d_sweep.d = {sweep.d} must be a non-empty list of distinct positive "
+                        "dimensions")
+    for name in sweep.datasets:
+        if config.datasets and name not in config.datasets:
+            raise ToksError(f"config error: {prefix}d_sweep.datasets names {name!r}, which `datasets` does not define "
+                            f"({', '.join(config.datasets)})")
     phase = config.phase
     if not phase.eta0 or not phase.d or min(phase.eta0) <= 0 or min(phase.d) < 1:
         raise ToksError(f"config error: {prefix}phase.eta0 = {phase.eta0} and phase.d = {phase.d} must be non-empty "

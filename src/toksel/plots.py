@@ -332,3 +332,27 @@ def calibration_figure(rows: list[dict]) -> plt.Figure:
     axis.grid(alpha=0.3, axis="x")
     figure.tight_layout()
     return figure
+
+
+def d_sweep_figure(sweep: pd.DataFrame, dataset: str) -> plt.Figure:
+    """Test accuracy of the trained and the untrained (random frozen) embeddings against d / V: every seed a dot,
+    the mean over the seeds a line; the train stage's runs at model.d hollow."""
+    figure, axis = plt.subplots(figsize=(6.4, 4.2))
+    colours = {"trained": "#1a9850", "untrained": "#d73027"}
+    for arm, rows in sweep.groupby("arm"):
+        means = rows.groupby("d_over_vocabulary")["test_accuracy"].mean()
+        axis.plot(means.index, means.to_numpy(), "-", color=colours.get(arm, "#555555"), lw=1.6,
+                  label=f"{arm} embeddings (mean of the seeds)")
+        for source, marker_face in (("sweep", None), ("train stage", "white")):
+            shown = rows[rows["source"] == source]
+            axis.plot(shown["d_over_vocabulary"], shown["test_accuracy"], "o", ms=4, color=colours.get(arm),
+                      mfc=marker_face or colours.get(arm), alpha=0.8)
+    axis.set_xscale("log")
+    axis.set_xlabel("d / V (embedding dimension over the tokens that occur in training)")
+    axis.set_ylabel("test accuracy")
+    axis.set_title(f"{dataset}: trained and random frozen embeddings against d (hollow: the train stage's runs)",
+                   fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

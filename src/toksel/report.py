@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_scope
 from toksel.config import Config, load_config
 from toksel.io import read_json, write_text
@@ -318,6 +320,30 @@ def interruption_note(fits: list[str]) -> str:
             f"in the last digits): {', '.join(fits)}.")
 
 
+D_SWEEP_HEADER = ["dataset", "d", "d / V", "trained: test accuracy", "untrained: test accuracy", "gap", "seeds"]
+
+
+def d_sweep_rows(config: Config) -> list[list[str]]:
+    """Per dataset and d of the sweep: the arms' mean test accuracy (+- the std over the seeds) and their gap."""
+    rows = []
+    for dataset in config.d_sweep.datasets:
+        path = results_dir("d_sweep", dataset) / "sweep.csv"
+        if not path.exists():
+            continue
+        sweep = pd.read_csv(path)
+        for d, cells in sweep.groupby("d"):
+            arms = {arm: cells[cells["arm"] == arm]["test_accuracy"] for arm in ("trained", "untrained")}
+            rows.append([dataset, f"{d:g}", f"{cells['d_over_vocabulary'].mean():.3g}",
+                         *(f"{values.mean():.3f} +- {values.std():.3f}" for values in arms.values()),
+                         f"{arms['trained'].mean() - arms['untrained'].mean():.3f}", f"{len(arms['trained'])}"])
+    return rows
+
+
+D_SWEEP_NOTE = ("Ours, not judged: the trained and the untrained (random frozen) embeddings at every d of d_sweep.d, "
+                "each arm at its own best learning rate, beside the train stage's runs at model.d. A random frozen "
+                "E grows more expressive as d nears the number of tokens V; the gap the rebuttal reports moves with "
+                "d / V.")
+
 MEASURES_HEADER = ["claim", "source", "checks", "statistic", "control", "a bug that would make the control pass"]
 
 
@@ -328,7 +354,7 @@ def measures_rows() -> list[list[str]]:
 
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
              out: Path, interrupted: list[str] = (), readings: list[str] = (), calibration: Calibration = (),
-             notes: Iterable[str] = ()) -> str:
+             notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
     """The report as Markdown; figures linked relative to `out` (the report's folder)."""
     lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
     if interrupted:
@@ -337,6 +363,9 @@ def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: I
     for heading, section in sections.items():
         lines += [f"## {heading}", "", *markdown_table(section, calibration), ""]
     lines += calibration_lines(calibration)
+    if sweep:
+        lines += ["## Beyond the paper: trained against random frozen embeddings as d grows", "", D_SWEEP_NOTE, "",
+                  *table(D_SWEEP_HEADER, sweep), ""]
     if found:
         lines += ["## How the protocol moves the verdicts", "", PROTOCOL_NOTE, "", *sensitivity_lines(found), ""]
     lines += [*readings]
@@ -390,7 +419,7 @@ def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[l
 
 def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
               interrupted: list[str] = (), readings: str = "", calibration: Calibration = (),
-              notes: Iterable[str] = ()) -> str:
+              notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
     """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
     escape = html.escape
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
@@ -412,6 +441,9 @@ def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: 
         parts.append(f"<p>{escape(CALIBRATION_NOTE)}</p>" + html_table(CALIBRATION_HEADER, table_rows, kinds, raw=(0,)))
     else:
         parts.append("<p>The calibration stage has not run (dvc repro calibrate).</p>")
+    if sweep:
+        parts.append("<h2>Beyond the paper: trained against random frozen embeddings as d grows</h2>"
+                     f"<p>{escape(D_SWEEP_NOTE)}</p>" + html_table(D_SWEEP_HEADER, sweep))
     if found:
         values = [[claim.statement, data, protocol, interval_text(item.interval), item.threshold_text, item.verdict,
                    item.measurement.detail] for claim, data, protocol, item in found]
@@ -441,6 +473,8 @@ def figures(config: Config) -> list[tuple[str, Path]]:
     wanted += [(f"{name}: full training, binned token scores (Figure 3), {seed}",
                 results_dir("train", name) / "trained" / seed / "token_scores.png") for name in config.train.datasets]
     wanted += [("The rebuttal's tables against our runs", results_dir("ablation_report", "") / "rebuttal_tables.png")]
+    wanted += [(f"{name}: test accuracy of trained and random frozen embeddings against d / V (ours)",
+                results_dir("d_sweep", name) / "accuracy.png") for name in config.d_sweep.datasets]
     wanted += [(caption, results_dir("phase_diagram", "") / file) for caption, file in (
         ("Phase diagram: selection", "selection.png"), ("Phase diagram: max-margin direction", "cos_max_margin.png"),
         ("The one-step error against d", "one_step_error.png"))]

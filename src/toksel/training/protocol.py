@@ -150,9 +150,9 @@ def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> t
 def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
                        checkpoints: Path, fingerprint: str, run: StageRun, seed: int, progress: bool,
                        tokens: TokenTable, curves: CurveSettings, among: np.ndarray | None = None,
-                       matched: float | None = None) -> Trained:
+                       matched: float | None = None, control: bool = True) -> Trained:
     """Screen the rates, fit the best (and `matched`, the matched-lr protocol's rate) under the stopping rule,
-    then the control at the matched rate (the kept one without it)."""
+    then (with `control`) the control at the matched rate (the kept one without it)."""
     protocol = Protocol(model, data, settings, checkpoints, fingerprint, run, seed, progress, tokens, curves, among)
     if len(rates) > 1:
         kept_lr, rows, at_edge = screen(protocol, rates, settings.lr_extensions)
@@ -168,12 +168,13 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
     for row in rows:
         if row["lr"] in full:
             row |= full[row["lr"]].metrics
-    control_lr = matched if matched in full else kept_lr
-    control = protocol.fit(control_lr, "control", shuffled=True)
+    controls = {}
+    if control:
+        shuffled = protocol.fit(matched if matched in full else kept_lr, "control", shuffled=True)
+        controls = {CONTROL_PREFIX + name: value for name, value in shuffled.metrics.items()}
     if is_worker():  # a DDP worker has trained its share of every fit; rank 0 writes the outputs
         raise WorkerFinished
     shutil.rmtree(checkpoints, ignore_errors=True)  # finished: nothing left to resume
-    controls = {CONTROL_PREFIX + name: value for name, value in control.metrics.items()}
     screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows))}
     return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
                    pd.DataFrame(rows))

@@ -1,0 +1,86 @@
+"""Stage `d_sweep`: a finding of ours, how the gap between trained and random frozen embeddings moves with the
+embedding dimension. For every d of d_sweep.d and every training seed, the trained and untrained arms of the
+one-layer model (training/arms.py) are trained as the train stage trains them, each at its own best rate (the
+screen over train.lr_grid, extended past an edge): E frozen at random grows more expressive as d nears the
+number of tokens V, the trained arm does not need it to. The train stage's runs at model.d join the sweep.
+
+dvc.yaml runs it for each dataset of d_sweep.datasets (d_sweep@<dataset>). Writes results/d_sweep/<dataset>/:
+sweep.csv (one row per d, arm and seed), accuracy.png (test accuracy against d / V) and metrics.json.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from toksel.cli import run_stage, show_progress
+from toksel.config import Config, params_hash
+from toksel.data.draws import data_dir
+from toksel.io import file_digest, read_json, write_csv
+from toksel.measurements import curve_settings
+from toksel.paths import results_dir, seed_dir
+from toksel.plots import d_sweep_figure, save_figure
+from toksel.tracking import StageRun
+from toksel.training.arms import Arms
+from toksel.training.fit import checkpoint_dir
+from toksel.training.protocol import train_with_control
+
+SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train", "d_sweep")
+SWEPT = ("trained", "untrained")  # E trained, E frozen at its random initialisation
+KEPT = ("test_accuracy", "test_loss", "lr", "lr_at_edge", "epochs")
+
+
+def train_stage_rows(dataset: str, config: Config, vocabulary: dict[int, int]) -> list[dict]:
+    """The train stage's kept fits of the swept arms at model.d (those that exist)."""
+    rows = []
+    for arm in SWEPT:
+        for seed in config.training_seeds:
+            path = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed) / "metrics.json"
+            if path.exists():
+                metrics = read_json(path)
+                rows.append({"d": config.model.d, "arm": arm, "seed": seed, "vocabulary": vocabulary[seed],
+                             "source": "train stage", **{name: metrics.get(name) for name in KEPT}})
+    return rows
+
+
+def d_sweep(config: Config, run: StageRun) -> None:
+    dataset, settings = config.dataset, config.train
+    rows, vocabulary = [], {}
+    for seed in config.training_seeds:
+        folder = data_dir(dataset, seed)
+        for d in config.d_sweep.d:
+            arms = Arms(config, folder, seed, d)
+            vocabulary[seed] = int(arms.tokens.occurring().sum())
+            fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed, "d": d}) + file_digest(
+                folder / "train.npz")
+            for arm in SWEPT:
+                with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)}) as child:
+                    fitted = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
+                                                checkpoint_dir("d_sweep", f"{dataset}/d{d}/{arm}") / f"seed{seed}",
+                                                fingerprint, child, seed, show_progress(), arms.tokens,
+                                                curve_settings(settings), control=False)
+                    child.log_metrics({name: fitted.metrics.get(name) for name in KEPT})
+                rows.append({"d": d, "arm": arm, "seed": seed, "vocabulary": vocabulary[seed], "source": "sweep",
+                             **{name: fitted.metrics.get(name) for name in KEPT}})
+    sweep = pd.DataFrame([*rows, *train_stage_rows(dataset, config, vocabulary)])
+    sweep["d_over_vocabulary"] = sweep["d"] / sweep["vocabulary"]
+    out = results_dir("d_sweep", dataset)
+    write_csv(out / "sweep.csv", sweep)
+    means = sweep.groupby(["d", "arm"])["test_accuracy"].mean().unstack()
+    save_figure(d_sweep_figure(sweep, dataset), out / "accuracy.png")
+    run.log_artifact(out / "accuracy.png", "figures")
+    metrics = {f"d{d}": {f"{arm}_test_accuracy": means.loc[d, arm] for arm in SWEPT if arm in means}
+               | {"gap": means.loc[d, "trained"] - means.loc[d, "untrained"]} for d in means.index}
+    gaps = np.array([values["gap"] for values in metrics.values()])
+    run.record_metrics(out / "metrics.json", {**metrics, "gap_smallest_d": float(gaps[0]),
+                                              "gap_largest_d": float(gaps[-1])})
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("d_sweep", SECTIONS, d_sweep, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
