@@ -1,6 +1,7 @@
 """Stage `gradient_flow`: E frozen at E1, the flow on p followed in flow time up to gradient_flow.horizon; selection
 and max-margin checks along the way, the same run with every step halved (do the steps follow the flow?), and
-the controls of those claims (theory/convergence.py). Every seed of base.seeds in one process (the first
+the controls of those claims (theory/convergence.py); Lemma 4.2's control (a bounded flow) where that lemma is
+judged (two classes, d >= the number of tokens: elsewhere its row is exploratory, shown without a control). Every seed of base.seeds in one process (the first
 gradient_flow.seeds of them where that is set), each from that seed's one_step, into
 results/gradient_flow/<dataset>/seed<seed>/; their metrics gathered in results/gradient_flow/<dataset>.json."""
 
@@ -11,18 +12,20 @@ import sys
 import numpy as np
 import pandas as pd
 
+from toksel.claims import BY_ID
 from toksel.cli import run_stage, show_progress
 from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.io import read_npz, write_csv, write_npz
+from toksel.measurements import regime
 from toksel.paths import results_dir, seed_dir
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
 from toksel.theory.one_step import EmbeddingUpdate
 from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "gradient_flow")
+SECTIONS = ("base.seeds", "model", "gradient_flow")
 
 
 def gradient_flow(config: Config, run: StageRun) -> None:
@@ -34,8 +37,9 @@ def gradient_flow(config: Config, run: StageRun) -> None:
     flow = follow_gradient_flow(embeddings["E1"], embeddings["p0"], embeddings["v"], train, tokens, settings,
                                 progress=show_progress())
     null = EmbeddingUpdate(embeddings["null_along_p"], embeddings["null_along_v"])
+    judged = not regime(config.dataset, config).unmet(BY_ID["lemma42_growth"].requires)
     controls = control_metrics(embeddings["E1"], null.applied(embeddings["E0"], embeddings["p0"], embeddings["v"]),
-                               embeddings["p0"], embeddings["v"], train, tokens, settings)
+                               embeddings["p0"], embeddings["v"], train, tokens, settings, bounded=judged)
     report, trajectory = flow.report, flow.trajectory
     if settings.max_margin and not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "

@@ -3,7 +3,7 @@ at the row's d, for every seed of base.seeds.
 
 dvc.yaml runs it once per d of phase.d (phase@<d>) with model.d set to it. Each cell is the one step of the
 `one_step` stage from a fresh initialisation at (d, eta0) on the seed's draw of the data, then the
-`gradient_flow` stage's flow on p with the dataset's gradient_flow settings; each cell is its own MLflow run,
+`gradient_flow` stage's flow on p with the dataset's gradient_flow settings (up to flow time phase.horizon); each cell is its own MLflow run,
 nested under the stage's (parameters model.d and one_step.eta0, its seeds' metrics as seed<k>.<name>). The cell
 records whether p selects the important tokens and reaches the max-margin direction (too large an eta0 breaks
 selection), and the one-step error, the part of the update orthogonal to v, for the d sweep. The max-margin QP is
@@ -29,7 +29,7 @@ from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.tracking import StageRun, flatten
 
-SECTIONS = ("base.seeds", "model", "gradient_flow", "phase.eta0")
+SECTIONS = ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon")
 PARALLEL_CELLS = 2
 
 
@@ -46,8 +46,8 @@ def phase_row(config: Config, run: StageRun) -> None:
         train, tokens = draws[seed]
         step = one_step_from_initialisation(train, tokens, d, seed, eta0)
         # The QP for the first seed's heatmap; the grid reads the direction for the cell's own final selection.
-        settings = config.gradient_flow if seed == seeds[0] else dataclasses.replace(config.gradient_flow,
-                                                                                    max_margin=False)
+        settings = dataclasses.replace(config.gradient_flow, horizon=config.phase.horizon,
+                                       max_margin=config.gradient_flow.max_margin and seed == seeds[0])
         flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, settings, progress=False,
                                     important_direction=False)
         return {"d": float(d), "eta0": eta0, "seed": float(seed),

@@ -89,7 +89,7 @@ def test_help_lists_the_stage_keys_with_their_values(project, capsys):
 def test_a_dataset_entry_overrides_the_shared_sections_and_the_command_line_overrides_both():
     imdb = load_config(["dataset=imdb"], ROOT / "params.yaml")
     assert imdb.dataset == "imdb" and imdb.data.source == "hub" and imdb.model.d == 2048
-    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.tolerance == 1e-3  # shared default
+    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.agreement == 0.02  # shared default
     assert load_config(["dataset=imdb", "model.d=64"], ROOT / "params.yaml").model.d == 64
     assert load_config(path=ROOT / "params.yaml").model.d == 1024  # synthetic keeps the shared value
 

@@ -205,6 +205,7 @@ class AblationConfig:
 @dataclass
 class PhaseConfig:
     dataset: str = bounded("synthetic", help="the assumption1 synthetic dataset of `datasets` the grid runs on")
+    horizon: float = bounded(1e8, gt=0.0, help="the flow time of the grid's cells (in place of the dataset's)")
     eta0: List[float] = field(  # noqa: UP006
         default_factory=lambda: [10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0],
         metadata={"help": "one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)"})

@@ -28,7 +28,7 @@ import pandas as pd
 
 from toksel.data.frequency import posterior_difference
 from toksel.data.token_table import TokenTable
-from toksel.theory.token_curves import CurveSettings, heldout_tokens, token_curves
+from toksel.theory.token_curves import CurveSettings, binned_curves, heldout_tokens, spreads, token_curves
 
 PAPER_UNTRAINED_ACCURACY = 0.72  # the rebuttal's random frozen embeddings: the planted gap sits above it
 
@@ -131,8 +131,8 @@ def spread_statistics(population: TokenPopulation, tighter: float, fidelity: flo
     """One seed: a full-training arm and an arm whose scatter is `tighter` times smaller, on one draw of the
     data; the ratio of their spreads, raw and scale-free, for E_s^T v and E_s^T p (the spread claims' statistics)."""
     table, learnt = population.draw(1.0, rng)
-    trained = token_curves(table, *model_scores(learnt, fidelity, rng), settings)[0]
-    frozen = token_curves(table, *model_scores(learnt, fidelity, rng, tighter), settings)[0]
+    trained = spreads(binned_curves(table, *model_scores(learnt, fidelity, rng), settings))
+    frozen = spreads(binned_curves(table, *model_scores(learnt, fidelity, rng, tighter), settings))
     return {f"{name}_{vector}": trained[f"{name}_{vector}"] / frozen[f"{name}_{vector}"]
             for name in ("bin_spread", "bin_std") for vector in ("v", "p")}
 

@@ -212,10 +212,12 @@ def control_metrics(E1: np.ndarray, E1_null: np.ndarray, p0: np.ndarray, v: np.n
     controls: dict[str, float | None] = {}
     if bounded:
         bags = FusedBags.from_split(train, tokens.num_classes)
-        flow = run_gradient_flow(E1, p0, v, bags, settings.horizon, settings.tolerance,
-                                 penalty=settings.control_penalty / settings.horizon)
+        penalty = settings.control_penalty / settings.horizon
+        flow = run_gradient_flow(E1, p0, v, bags, settings.horizon, settings.tolerance, penalty=penalty)
+        finer = halved(E1, p0, v, bags, flow, settings.horizon, penalty=penalty)
         controls |= {"control_log_growth": log_growth(flow.times, flow.p_norm),
-                     "control_p_norm": float(flow.p_norm[-1])}
+                     "control_p_norm": float(flow.p_norm[-1]),
+                     "control_flow_faithful": float(agreement(flow, finer, 0.0, 0.0).faithful(settings.agreement))}
     if settings.max_margin:
         null = follow_gradient_flow(E1_null, p0, v, train, tokens, settings).metrics
         controls |= {f"control_{name}": null[name] for name in ("selection_fraction", "cos_max_margin_important")}

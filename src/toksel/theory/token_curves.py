@@ -87,12 +87,14 @@ def binned_curve(x: np.ndarray, y: np.ndarray, bins: int, binning: str = "equal_
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation; NaN with fewer than three tokens or a constant side."""
+    """Spearman's rank correlation, the Pearson correlation of the ranks (ties share their mean rank, as in
+    scipy.stats.spearmanr, without its checks: the calibration computes tens of thousands); NaN with fewer than
+    three tokens or a constant side."""
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return float("nan")
-    from scipy.stats import spearmanr  # here: scipy.stats takes half a second to import, most stages need none
+    from scipy.stats import rankdata  # here: scipy.stats takes half a second to import, most stages need none
 
-    return float(spearmanr(a, b).statistic)
+    return float(np.corrcoef(rankdata(a), rankdata(b))[0, 1])
 
 
 def smallest(values: list[float]) -> float:
@@ -156,6 +158,27 @@ def value_axes(tokens: TokenTable, kept: np.ndarray, score_v: np.ndarray) -> lis
             for k in range(tokens.num_classes)]
 
 
+def binned_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
+                  among: np.ndarray | None = None) -> dict[str, BinnedCurve]:
+    """The binned curves over the held-out tokens: p along the posterior difference, v (each v_k) along its axis."""
+    kept = heldout_tokens(tokens, settings.min_count, among)
+
+    def curve(along: np.ndarray, values: np.ndarray) -> BinnedCurve:
+        return binned_curve(along, values, settings.bins, settings.binning, settings.min_bin_tokens)
+
+    curves = {"p": curve(tokens.column("heldout_posterior_difference")[kept], score_p[kept])}
+    return curves | {f"v{axis.suffix}": curve(axis.x, axis.scores) for axis in value_axes(tokens, kept, score_v)}
+
+
+def spreads(curves: dict[str, BinnedCurve]) -> dict[str, float]:
+    """The scatter around the curves: the mean per-bin std (raw) and the same over the std of all the scores
+    (scale-free), for p and, averaged over the classes, v."""
+    v_curves = [curve for name, curve in curves.items() if name != "p"]
+    return {"bin_std_p": curves["p"].mean_std, "bin_std_v": float(np.mean([curve.mean_std for curve in v_curves])),
+            "bin_spread_p": curves["p"].relative_spread,
+            "bin_spread_v": float(np.mean([curve.relative_spread for curve in v_curves]))}
+
+
 def token_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
                  among: np.ndarray | None = None) -> tuple[dict[str, float], dict[str, BinnedCurve]]:
     """Metrics and curves over the held-out tokens. score_v: (|S|,), or (|S|, K) for K classes."""
@@ -163,11 +186,7 @@ def token_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, s
     x = tokens.column("heldout_posterior_difference")[kept]
     x_train = tokens.column("posterior_difference")[kept]
     p = score_p[kept]
-
-    def curve(along: np.ndarray, values: np.ndarray) -> BinnedCurve:
-        return binned_curve(along, values, settings.bins, settings.binning, settings.min_bin_tokens)
-
-    curves = {"p": curve(x, p)}
+    curves = binned_curves(tokens, score_p, score_v, settings, among)
     metrics: dict[str, float] = {"tokens_used": float(kept.sum())}
 
     def sides(name: str, score: np.ndarray, against_abs: bool) -> None:
@@ -184,7 +203,6 @@ def token_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, s
     metrics["u_rise"] = smallest([metrics["u_rise_positive"], metrics["u_rise_negative"]])
     axes = value_axes(tokens, kept, score_v)
     for axis in axes:
-        curves[f"v{axis.suffix}"] = curve(axis.x, axis.scores)
         rho, ceiling = _spearman(axis.scores, axis.alpha), _spearman(axis.alpha_train, axis.alpha)
         metrics |= {f"spearman_v_alpha{axis.suffix}": rho, f"spearman_v_alpha{axis.suffix}_ceiling": ceiling,
                     f"spearman_v_alpha{axis.suffix}_corrected": corrected(rho, ceiling)}
@@ -194,12 +212,5 @@ def token_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, s
         for name in ("spearman_v_alpha", "spearman_v_alpha_corrected"):
             metrics[name] = smallest([metrics[name.replace("spearman_v_alpha", f"spearman_v_alpha{axis.suffix}")]
                                       for axis in axes])
-    v_curves = [curve for name, curve in curves.items() if name != "p"]
-    metrics |= {
-        "bin_std_p": curves["p"].mean_std,
-        "bin_std_v": float(np.mean([curve.mean_std for curve in v_curves])),
-        "bin_spread_p": curves["p"].relative_spread,
-        "bin_spread_v": float(np.mean([curve.relative_spread for curve in v_curves])),
-        "p_min_location": curves["p"].argmin_centre,
-    }
+    metrics |= {**spreads(curves), "p_min_location": curves["p"].argmin_centre}
     return metrics, curves
