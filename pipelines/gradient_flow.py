@@ -1,9 +1,9 @@
 """Stage `gradient_flow`: E frozen at E1, the flow on p followed in flow time up to gradient_flow.horizon; selection
-and max-margin checks along the way, the same run with every step halved (do the steps follow the flow?), and
-the controls of those claims (theory/convergence.py); Lemma 4.2's control (a bounded flow) where that lemma is
-judged (two classes, d >= the number of tokens: elsewhere its row is exploratory, shown without a control). Every seed of base.seeds in one process (the first
-gradient_flow.seeds of them where that is set), each from that seed's one_step, into
-results/gradient_flow/<dataset>/seed<seed>/; their metrics gathered in results/gradient_flow/<dataset>.json."""
+and max-margin checks along the way, the same run with every step halved (do the steps follow the flow?), and the
+controls of those claims (theory/convergence.py); Lemma 4.2's control (a bounded flow) where that lemma is judged
+(two classes, d >= the number of tokens: elsewhere its row is exploratory, shown without a control). Every seed of
+base.seeds in one process (the first gradient_flow.seeds of them where that is set), each from that seed's one_step,
+into results/gradient_flow/<dataset>/seed<seed>/; their metrics gathered in results/gradient_flow/<dataset>.json."""
 
 from __future__ import annotations
 

@@ -1,15 +1,18 @@
 """Stage `phase`: one row of the eta0 x d phase diagram on Assumption-1 synthetic data: every eta0 of phase.eta0
-at the row's d, for every seed of base.seeds.
+at the row's d for the first seed of base.seeds, and the cells at the edges of its window for every seed.
 
 dvc.yaml runs it once per d of phase.d (phase@<d>) with model.d set to it. Each cell is the one step of the
 `one_step` stage from a fresh initialisation at (d, eta0) on the seed's draw of the data, then the
-`gradient_flow` stage's flow on p with the dataset's gradient_flow settings (up to flow time phase.horizon); each cell is its own MLflow run,
-nested under the stage's (parameters model.d and one_step.eta0, its seeds' metrics as seed<k>.<name>). The cell
-records whether p selects the important tokens and reaches the max-margin direction (too large an eta0 breaks
-selection), and the one-step error, the part of the update orthogonal to v, for the d sweep. The max-margin QP is
-solved for the first seed only: the claims read the selection and the one-step error of every seed, the
-max-margin heatmap the first seed's. The row's cells go into one file, results/phase/d<d>/metrics.json, keyed
-eta<eta0> then seed<k>. Each cell is a small problem on one thread, so two are computed at a time.
+`gradient_flow` stage's flow on p with the dataset's gradient_flow settings, to flow time phase.horizon at
+phase.tolerance (cells near the window's upper edge are stiff: at the dataset's tolerance their halved-step
+twins part from them). Each cell is its own MLflow run, nested under the stage's (parameters model.d and
+one_step.eta0, its seeds' metrics as seed<k>.<name>). The cell records whether p selects the important tokens and
+reaches the max-margin direction (too large an eta0 breaks selection), and the one-step error, the part of the
+update orthogonal to v, for the d sweep. Where the edges lie is what varies from seed to seed: the cells that
+bracket the first seed's edges (the last failing and the first selecting eta0 on each side) run for every other
+seed too; the max-margin QP is solved for the first seed only, for the heatmap. The row's cells go into one file,
+results/phase/d<d>/metrics.json, keyed eta<eta0> then seed<k>. Each cell is a small problem on one thread, so two
+are computed at a time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from toksel.cli import run_stage
 from toksel.config import Config
@@ -27,9 +32,11 @@ from toksel.errors import ToksError
 from toksel.paths import phase_cell_key, phase_row_dir
 from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
+from toksel.theory.phase import bracketing, measured_window
 from toksel.tracking import StageRun, flatten
 
-SECTIONS = ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon")
+SECTIONS = ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon", "phase.tolerance",
+            "evaluate.min_selection_fraction")
 PARALLEL_CELLS = 2
 
 
@@ -47,6 +54,7 @@ def phase_row(config: Config, run: StageRun) -> None:
         step = one_step_from_initialisation(train, tokens, d, seed, eta0)
         # The QP for the first seed's heatmap; the grid reads the direction for the cell's own final selection.
         settings = dataclasses.replace(config.gradient_flow, horizon=config.phase.horizon,
+                                       tolerance=config.phase.tolerance,
                                        max_margin=config.gradient_flow.max_margin and seed == seeds[0])
         flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, settings, progress=False,
                                     important_direction=False)
@@ -55,12 +63,19 @@ def phase_row(config: Config, run: StageRun) -> None:
 
     # Each cell is a small problem that runs on one thread (models/threads.py): two at a time fill two cores.
     # The compiled passes release the GIL; the cells are independent, so the numbers do not depend on the order.
-    wanted = [(eta0, seed) for eta0 in config.phase.eta0 for seed in seeds]
     with ThreadPoolExecutor(max_workers=PARALLEL_CELLS) as pool:
-        computed = dict(zip(wanted, pool.map(lambda key: cell(*key), wanted), strict=True))
+        def computed(wanted: list[tuple[float, int]]) -> dict[tuple[float, int], dict[str, float]]:
+            return dict(zip(wanted, pool.map(lambda key: cell(*key), wanted), strict=True))
+
+        first = computed([(eta0, seeds[0]) for eta0 in config.phase.eta0])
+        window = measured_window(np.array(config.phase.eta0), np.array(
+            [first[eta0, seeds[0]]["selection_fraction"] >= config.evaluate.min_selection_fraction
+             for eta0 in config.phase.eta0]))
+        edges = computed([(eta0, seed) for eta0 in bracketing(window) for seed in seeds[1:]])
     cells: dict[str, dict[str, dict[str, float]]] = {}
     for eta0 in config.phase.eta0:
-        cells[phase_cell_key(eta0)] = {f"seed{seed}": computed[eta0, seed] for seed in seeds}
+        cells[phase_cell_key(eta0)] = {f"seed{seed}": values for (at, seed), values in {**first, **edges}.items()
+                                       if at == eta0}
         with run.child(f"cell d={d} eta0={eta0:g}", {"phase_cell": f"d={d} eta0={eta0:g}"}) as logged:
             logged.log_params({"model.d": d, "one_step.eta0": eta0})
             logged.log_metrics(flatten(cells[phase_cell_key(eta0)]))

@@ -1,10 +1,11 @@
 """Stage `phase_diagram`: the phase cells gathered into heatmaps, the measured eta0 window set against the scale
 argument, and the d sweep of the one-step error with its log-log slope (toksel.theory.phase).
 
-Every seed of base.seeds has its own grid (its draw of the data, its initialisations): its windows, its edges'
-factors against the scale argument (each against its own mean |alpha_s|) and its one-step error slope are one
-value of each of the phase claims, judged over the seeds like every other claim. The window table and the
-max-margin heatmap are the first seed's; the selection heatmap is the mean over the seeds.
+Every seed of base.seeds has its own grid (its draw of the data, its initialisations): the first seed runs every
+cell, the others the cells that bracket the first seed's edges, where the edges move from seed to seed; elsewhere
+a seed's grid reads the first seed's cell. Its windows, its edges' factors against the scale argument (each
+against its own mean |alpha_s|) and its one-step error slope are one value of each of the phase claims, judged
+over the seeds like every other claim. The window table and the heatmaps are the first seed's.
 
 Writes results/phase_diagram/: grid.csv (one row per cell and seed), one_step_error.csv, selection.png,
 cos_max_margin.png, one_step_error.png, summary.md and metrics.json.
@@ -49,11 +50,12 @@ def read_grid(config: Config) -> pd.DataFrame:
         row = read_json(require_output(phase_row_dir(d) / "metrics.json", producer=f"phase@{d}"))
         for eta0 in config.phase.eta0:
             cell = row.get(phase_cell_key(eta0), {})
-            missing = [seed for seed in config.base.seeds if f"seed{seed}" not in cell]
-            if missing:
+            first = config.base.seeds[0]
+            if f"seed{first}" not in cell:
                 raise ToksError(f"{phase_row_dir(d) / 'metrics.json'} has no cell eta0 = {eta0:g} for seed "
-                                f"{missing[0]}: run the phase stage again (dvc repro phase@{d})")
-            rows += [{column: cell[f"seed{seed}"].get(column) for column in COLUMNS} for seed in config.base.seeds]
+                                f"{first}: run the phase stage again (dvc repro phase@{d})")
+            rows += [{column: cell[f"seed{seed}"].get(column) for column in COLUMNS} for seed in config.base.seeds
+                     if f"seed{seed}" in cell]
     return pd.DataFrame(rows).astype(float)
 
 
@@ -64,6 +66,13 @@ def _edge(window: Window, which: str) -> str:
     if outside is None:
         return f"{'<=' if which == 'low' else '>='} {inside:g} (grid end)"
     return f"({outside:g}, {inside:g}]" if which == "low" else f"[{inside:g}, {outside:g})"
+
+
+def seed_grid(grid: pd.DataFrame, first: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """A seed's grid: its own cells (those at the first seed's edges), the first seed's elsewhere."""
+    own = grid[grid["seed"] == seed]
+    taken = first.set_index(["d", "eta0"]).index.isin(own.set_index(["d", "eta0"]).index)
+    return pd.concat([own, first[~taken]], ignore_index=True)
 
 
 def seed_values(cells: pd.DataFrame, mean_abs_alpha: float) -> dict[str, float | None]:
@@ -104,8 +113,8 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     grid["selects"] = grid["selection_fraction"] >= thresholds.min_selection_fraction
     grid["max_margin"] = grid["selects"] & (grid["cos_max_margin"] >= thresholds.min_cos_max_margin)
     write_csv(OUT / "grid.csv", grid)
-    by_seed = {seed: seed_values(grid[grid["seed"] == seed], alphas[seed]) for seed in seeds}
     first, mean_abs_alpha = grid[grid["seed"] == seeds[0]], alphas[seeds[0]]
+    by_seed = {seed: seed_values(seed_grid(grid, first, seed), alphas[seed]) for seed in seeds}
 
     metrics: dict[str, float | None] = {"mean_abs_alpha_important": mean_abs_alpha, "cells": float(len(first)),
                                         "seeds": float(len(seeds)),
@@ -137,11 +146,9 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     measurements = phase_measurements(config, by_seed)
     write_json(OUT / "claims.json", [item.as_record() for item in measurements])
 
-    mean_selection = grid.groupby(["d", "eta0"], as_index=False)["selection_fraction"].mean()
     figures = {
-        "selection.png": phase_heatmap(mean_selection, "selection_fraction", "Lemma 4.4: share of sequences whose "
-                                       f"important token p selects (mean of {len(seeds)} seeds)", mean_abs_alpha,
-                                       (0.5, 1.0)),
+        "selection.png": phase_heatmap(first, "selection_fraction", "Lemma 4.4: share of sequences whose "
+                                       f"important token p selects (seed {seeds[0]})", mean_abs_alpha, (0.5, 1.0)),
         "cos_max_margin.png": phase_heatmap(first, "cos_max_margin", r"Theorem 4.3: $\cos(p_T, p_{mm})$ for the "
                                             f"final selection (seed {seeds[0]})", mean_abs_alpha, (0.5, 1.0)),
         "one_step_error.png": power_law_figure(error["d"].to_numpy(), error["one_step_orthogonal_ratio"].to_numpy(),
@@ -152,7 +159,7 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     for name, figure in figures.items():
         save_figure(figure, OUT / name)
         run.log_artifact(OUT / name, "figures")
-    summary = _summary(config, first, mean_selection, mean_abs_alpha, rows, metrics, list(figures))
+    summary = _summary(config, first, mean_abs_alpha, rows, metrics, list(figures))
     publish_summary(run, OUT, summary, metrics, shown_until="\n\n![")
 
 
@@ -180,25 +187,26 @@ def selection_grid(grid: pd.DataFrame) -> list[str]:
                                    for d, row in fractions.iterrows()])
 
 
-def _summary(config: Config, grid: pd.DataFrame, mean_selection: pd.DataFrame, mean_abs_alpha: float,
-             rows: list[list[str]], metrics: dict, figures: list[str]) -> str:
+def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: list[list[str]], metrics: dict,
+             figures: list[str]) -> str:
     def number(value: float | None, spec: str = ".3g") -> str:
         return markdown.number(value, spec, missing="not measured")
 
     thresholds = config.evaluate
     return "\n".join([
         f"# Phase diagram: eta0 x d on {config.phase.dataset}", "",
-        f"{len(grid)} cells, each for {metrics['seeds']:.0f} seeds (each its own draw of the data): one step on E "
-        f"from a fresh initialisation then the flow on p with the dataset's gradient_flow settings. The windows below "
-        f"are the first seed's. A cell selects when the selection fraction is >= "
+        f"{len(grid)} cells (the cells at the first seed's edges for each of {metrics['seeds']:.0f} seeds, each its "
+        "own draw of the data): one step on E from a fresh initialisation then the flow on p with the dataset's "
+        "gradient_flow settings. The windows below are the first seed's. A cell selects when the selection "
+        "fraction is >= "
         f"{thresholds.min_selection_fraction:g}; it reaches the max-margin direction when it also has "
         f"cos(p_T, p_mm) >= {thresholds.min_cos_max_margin:g}. Mean |alpha_s| of the important tokens: "
         f"{mean_abs_alpha:.4g}, so the scale argument (docs/results.md: the phase diagram) puts the window at "
         f"2 / (|alpha| sqrt(d)) < eta0 < 2 / |alpha| = {metrics['predicted_high']:.3g}.", "",
         *markdown.table(["d", "selection window in eta0", "lower edge", "scale argument's lower edge", "upper edge",
                          "scale argument's upper edge", "max-margin window"], rows), "",
-        "Selection fraction of every cell, the mean over the seeds (rows d, columns eta0):", "",
-        *selection_grid(mean_selection), "",
+        "Selection fraction of every cell, the first seed's (rows d, columns eta0):", "",
+        *selection_grid(grid), "",
         f"Measured edges (geometric middle of the grid's bracket) against the scale argument, the largest factor over "
         f"d, on average over the seeds: lower edges {number(metrics['low_edge_factor_mean'])}, upper edges "
         f"{number(metrics['high_edge_factor_mean'])}.", "",

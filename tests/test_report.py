@@ -18,7 +18,8 @@ from toksel.render_check import BROWSERS, render
 from toksel.render_check import main as render_check
 from toksel.theory.phase import edge_factor, fit_power_law, measured_window, predicted_window
 
-GRID = ["phase.eta0=[40]", "phase.d=[64,256]"]
+# The cells follow their flows as the gradient_flow stage of TINY does (its horizon, the default tolerance).
+GRID = ["phase.eta0=[40]", "phase.d=[64,256]", "phase.horizon=1e4", "phase.tolerance=1e-3"]
 
 
 def test_the_window_is_the_range_where_the_claim_holds_with_its_edges_bracketed():

@@ -206,6 +206,8 @@ class AblationConfig:
 class PhaseConfig:
     dataset: str = bounded("synthetic", help="the assumption1 synthetic dataset of `datasets` the grid runs on")
     horizon: float = bounded(1e8, gt=0.0, help="the flow time of the grid's cells (in place of the dataset's)")
+    tolerance: float = bounded(1e-5, gt=0.0, le=0.1, help="the flow's error tolerance in the grid's cells (in place "
+                                                         "of the dataset's)")
     eta0: List[float] = field(  # noqa: UP006
         default_factory=lambda: [10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0],
         metadata={"help": "one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)"})
@@ -221,7 +223,7 @@ class DSweepConfig:
         metadata={"help": "dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained "
                           "arms at every d, every training seed"})
     d: List[int] = field(  # noqa: UP006
-        default_factory=lambda: [16, 64, 256, 1024],
+        default_factory=lambda: [16, 128, 1024],
         metadata={"help": "the embedding dimensions of the sweep (the train stage's model.d joins them)"})
 
 

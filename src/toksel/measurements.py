@@ -88,6 +88,20 @@ def mean_over_seeds(runs: Runs, run: str, metric: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def kept_rates(kept: Runs) -> str:
+    """The learning rates each arm kept over the seeds, and how many of them still sit at the edge of the rates
+    its screen tried."""
+    parts = []
+    for arm in EMBEDDINGS:
+        fits = [seed[arm] for seed in kept.values() if seed.get(arm, {}).get("lr") is not None]
+        if not fits:
+            continue
+        rates = ", ".join(f"{rate:g}" for rate in sorted({fit["lr"] for fit in fits}))
+        edge = sum(bool(fit.get("lr_at_edge")) for fit in fits)
+        parts.append(f"{arm} {rates}" + (f" ({edge} of {len(fits)} at the edge of the rates tried)" if edge else ""))
+    return "kept rates: " + "; ".join(parts) if parts else ""
+
+
 def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
@@ -129,7 +143,7 @@ def dataset_measurements(dataset: str, config: Config, producer: str,
     kept, matched = dataset_runs(dataset, config, arms=True), grid_runs(dataset, config, MATCHED)
     measured = [measure(claim, dataset, matched, details.get(claim.id, "")) for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
-    measured += [measure(claim, dataset, kept, protocol=TUNED) for claim in variants]
+    measured += [measure(claim, dataset, kept, kept_rates(kept), protocol=TUNED) for claim in variants]
     measured += [measure(claim, dataset, grid_runs(dataset, config, EQUAL), protocol=EQUAL) for claim in variants]
     curves = curve_settings(config.train)
     theory = {seed: {**matched[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}

@@ -241,9 +241,9 @@ PROTOCOL_NOTE = ("`matched lr` (the claims' protocol, as the paper ran them): ev
                  "edge where the best sat on it), the same stopping rule; `equal steps`: every arm at its tuned rate "
                  "after the same train.screen_epochs epochs; `theory protocol`, for the spread ratios: E frozen at E1 "
                  "with v at v0 and p from gradient flow in place of the trained one-step arm.")
-METHOD_NOTE = ("Each claim is measured on every seed it runs (five for the theory, three for training); `ours` is "
-               "the mean with its 95 % interval (Student's t over the seeds; the phase diagram's claims: the grid's "
-               "brackets, the fit's confidence interval). A presence claim holds when the whole interval lies on its "
+METHOD_NOTE = ("Each claim is measured on every seed it runs (five for the theory and the phase diagram, three for "
+               "training and for the gradient flow on real data); `ours` is the mean with its 95 % interval "
+               "(Student's t over the seeds). A presence claim holds when the whole interval lies on its "
                "side of the threshold, fails when it lies on the other side, and is inconclusive otherwise; a size "
                "claim holds when the interval lies inside the band around the paper's number, fails when it misses "
                "it. Its control is the same measurement on a near miss, where everything is as in the claim but the "

@@ -54,6 +54,11 @@ def measured_window(eta0: np.ndarray, holds: np.ndarray) -> Window:
                   holding=int(holds.sum()), contiguous=bool(holds[first : last + 1].all()))
 
 
+def bracketing(window: Window) -> list[float]:
+    """The eta0 of the cells that bracket the window's edges (the last failing and first holding on each side)."""
+    return sorted({eta0 for eta0 in (window.below, window.low, window.high, window.above) if eta0 is not None})
+
+
 def edge_factor(measured: float | None, predicted: float) -> float | None:
     """How far apart a measured edge and the predicted one are, as a factor >= 1 (None: not measured)."""
     return None if measured is None else max(measured / predicted, predicted / measured)
