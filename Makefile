@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 repro: $(STAMP)
 	$(BIN)/dvc repro $(REPRO_FLAGS)
 
-# Two workers, one test file each at a time: the DVC end-to-end test runs beside the others.
+# Two workers, one test file each at a time, the slow files first (tests/conftest.py): the DVC end-to-end test and
+# the controls' tiny pipeline run beside each other and beside the rest.
 # Chromium and PostgreSQL are installed when they can be (root or sudo); without them the report's render test
 # and the team server's test are skipped.
 test: $(STAMP)
@@ -31,7 +32,7 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
 	$(BIN)/ruff check src pipelines tests benchmarks tools
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks tools

@@ -27,6 +27,12 @@ os.environ["TOKSEL_PROGRESS"] = "0"
 os.environ.setdefault("TOKSEL_TRACKER", "0")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow files first: `make test` hands files to its two workers in collection order
+    (--no-loadscope-reorder), so the long ones start at once on different workers instead of ending the run on one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files keep their order
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project directory holding the real params.yaml; the stages write into it."""
@@ -64,7 +70,7 @@ def dvc_project(tmp_path: Path) -> Path:
                      "train.heldout_min_count=1", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
                      "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
                      "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
-                     "calibration.replicates=3"]
+                     "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.replicates=3"]
     params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
     OmegaConf.save(params, tmp_path / "params.yaml")

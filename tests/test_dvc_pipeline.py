@@ -25,7 +25,7 @@ def _pipeline_runs(project: Path) -> dict[str, list[str]]:
 
 def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project):
     first = stages_run(dvc(dvc_project, "repro"))
-    training = ["train"]  # the three arms in one stage
+    training = ["train", "d_sweep"]  # the three arms in one stage; two of them at other d
     ablations = ["ablation-two_layer_kq"]  # ablation.variants: one of the four, to keep the test short
     assert first[:2] == ["check_params", "prepare"] and first.index("one_step") < first.index("gradient_flow")
     assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train"])
@@ -34,7 +34,7 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     assert sorted(first) == sorted(["check_params", "prepare", "one_step", "gradient_flow", *training, "evaluate",
                                     "compare", *ablations, "ablation_report", "calibrate", *theory])
     assert first.index("calibrate") < first.index("report")
-    every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "ablation",
+    every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "d_sweep", "ablation",
                           "ablation_report", "calibrate", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from toksel.claims import CLAIMS, Assessment, Claim, Measurement, assess, in_scope
+from toksel.claims import CLAIMS, REQUIREMENTS, SCOPES, Assessment, Claim, Measurement, assess, in_scope
 from toksel.config import Config, load_config
 from toksel.io import read_json, write_text
 from toksel.markdown import number, table
@@ -344,12 +344,17 @@ D_SWEEP_NOTE = ("Ours, not judged: the trained and the untrained (random frozen)
                 "E grows more expressive as d nears the number of tokens V; the gap the rebuttal reports moves with "
                 "d / V.")
 
-MEASURES_HEADER = ["claim", "source", "checks", "statistic", "control", "a bug that would make the control pass"]
+MEASURES_HEADER = ["claim", "source", "checks", "measured on; where its lemma applies", "statistic", "control",
+                   "a bug that would make the control pass"]
 
 
 def measures_rows() -> list[list[str]]:
-    return [[claim.id, claim.source, f"{claim.kind} ({claim.origin})", claim.measures, claim.control, claim.bug]
-            for claim in CLAIMS]
+    def scope(claim: Claim) -> str:
+        needs = "; needs " + ", ".join(REQUIREMENTS[need] for need in claim.requires) if claim.requires else ""
+        return SCOPES[claim.scope] + needs
+
+    return [[claim.id, claim.source, f"{claim.kind} ({claim.origin})", scope(claim), claim.measures, claim.control,
+             claim.bug] for claim in CLAIMS]
 
 
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],

@@ -114,9 +114,11 @@ def theory_answers(config: Config, seeds: int, progress: Callable[[], None] = la
                                       for family in families}
     # Each replicate is a small problem, seeded by itself alone, mostly Python around small arrays: two processes
     # at a time fill two cores (threads would wait on each other's interpreter) and give the same numbers in the
-    # same order.
+    # same order. Workers start from a fresh server process, not a fork of this one: a fork of a process whose
+    # OpenMP threads have run (torch, in a test or a notebook) is terminated by the OpenMP runtime.
     work = functools.partial(_theory_seeds, config.calibration, config.gradient_flow, seeds)
-    with ProcessPoolExecutor(max_workers=PARALLEL_REPLICATES, mp_context=multiprocessing.get_context("fork")) as pool:
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=PARALLEL_REPLICATES, mp_context=context) as pool:
         for per_seed in pool.map(work, range(config.calibration.replicates)):
             for family in families:
                 for condition in family.conditions:
