@@ -25,7 +25,6 @@ from toksel.report import (
     forest_rows,
     headline,
     html_page,
-    interrupted_fits,
     markdown,
     read_calibration,
     read_measurements,
@@ -45,14 +44,13 @@ def report(config: Config, run: StageRun) -> None:
     sections, found = rows(config, measurements), sensitivity(config, measurements)
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
     shown = figures(config)
-    interrupted = interrupted_fits([results_dir("train", ""), results_dir("ablation", "")])
     reviews = all_shown(config)  # what the kept models select in real test reviews
     calibration = read_calibration()
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
-    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, interrupted, readings_markdown(reviews),
+    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, readings_markdown(reviews),
                                            calibration, notes, sweep))
-    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, interrupted, readings_html(reviews),
+    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, readings_html(reviews),
                                               calibration, notes, sweep))
     for name in ("report.md", "report.html"):
         run.log_pipeline_artifact(OUT / name)

@@ -3,6 +3,7 @@ parent, an interrupted fit resumes where it stopped; and the token curves it rep
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -80,21 +81,31 @@ def _fit_parts(config):
     return module, data
 
 
-def test_an_interrupted_fit_resumes_from_its_last_checkpoint(prepared):
+def test_an_interrupted_fit_resumes_from_its_last_checkpoint_to_the_uninterrupted_result(prepared):
     config = load_config([*TINY, *TRAIN])
     folder = prepared / "checkpoints" / "resume"
+    with stage_run("train", config, ("train",)) as run:
+        whole = fit(*_fit_parts(config), config.train, prepared / "checkpoints" / "whole", "key", run, seed=0,
+                    progress=False)
     with pytest.raises(RuntimeError, match="simulated crash"), stage_run("train", config, ("train",)) as run:
-        fit(*_fit_parts(config), config.train, folder, "fingerprint", run, seed=0, progress=False,
-            callbacks=[Crash(epoch=2)])
-    assert (folder / "fingerprint" / "last.ckpt").exists()
+        fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False, callbacks=[Crash(epoch=2)])
+    assert (folder / "key" / "last.ckpt").exists()
     with stage_run("train", config, ("train",)) as run:
-        resumed = fit(*_fit_parts(config), config.train, folder, "fingerprint", run, seed=0, progress=False)
+        resumed = fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False)
     assert resumed.resumed_from_epoch == 2  # epochs 0 and 1 were saved; the crash came at the end of epoch 2
-    assert resumed.epochs == config.train.max_epochs
-    # Other parameters: the stale checkpoints go, and the fit starts afresh.
+    assert resumed.epochs == whole.epochs == config.train.max_epochs
+    # The same batches in each epoch, the optimiser's state restored: the result is the uninterrupted one.
+    assert (resumed.test, resumed.fitted, resumed.norms) == (whole.test, whole.fitted, whole.norms)
+    # A fit that has ended is not trained further when its stage runs again: only tested.
     with stage_run("train", config, ("train",)) as run:
-        fresh = fit(*_fit_parts(config), config.train, folder, "other parameters", run, seed=0, progress=False)
-    assert fresh.resumed_from_epoch is None and not (folder / "fingerprint").exists()
+        again = fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False)
+    assert again.resumed_from_epoch == config.train.max_epochs and again.test == whole.test
+    # A checkpoint that records another fit is not trusted, whatever its folder and file times say.
+    (folder / "other").mkdir()
+    shutil.copy(folder / "key" / "last.ckpt", folder / "other" / "last.ckpt")
+    with stage_run("train", config, ("train",)) as run, pytest.warns(UserWarning, match="records another fit"):
+        fresh = fit(*_fit_parts(config), config.train, folder, "other", run, seed=0, progress=False)
+    assert fresh.resumed_from_epoch is None and not (folder / "key").exists()
 
 
 def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_under_the_stopping_rule(prepared):

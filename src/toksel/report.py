@@ -256,29 +256,6 @@ CALIBRATION_NOTE = ("Each family's statistic and verdict rule, run as the claims
                     "positive rate at most 0.1; for a size check the null is the effect at half the paper's size.")
 
 
-INTERRUPTION = "resumed_after_interruption"
-
-
-def interrupted_fits(folders: Iterable[Path]) -> list[str]:
-    """The fits, in the gathered metrics (<stage>/<run>.json) under `folders`, that went on from a checkpoint a
-    stopped process had left: their results may differ from an uninterrupted run's in the last digits."""
-    found = []
-
-    def walk(node: object, where: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key.endswith(INTERRUPTION) and value:
-                    found.append(f"{where} ({key.removesuffix(INTERRUPTION).rstrip('_') or 'kept fit'})")
-                walk(value, f"{where}/{key}" if isinstance(value, dict) else where)
-
-    for folder in folders:
-        for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
-            if path.parent.name.startswith("seed") or path.name in ("metrics.json", "claims.json"):
-                continue  # the gathered files hold the seeds' metrics
-            walk(read_json(path), str(path.with_suffix("").relative_to(folder.parent)))
-    return found
-
-
 FAITHFUL = "flow_faithful"
 
 
@@ -313,11 +290,6 @@ def flow_note(checked: int, flagged: list[str]) -> str:
     return (f"{len(flagged)} of {checked} gradient-flow runs differ from the same run with every step halved by more "
             f"than gradient_flow.agreement (their steps are too long for the flow; read them with care): "
             f"{', '.join(flagged)}.")
-
-
-def interruption_note(fits: list[str]) -> str:
-    return ("" if not fits else "Resumed after an interruption (a resumed fit may differ from an uninterrupted one "
-            f"in the last digits): {', '.join(fits)}.")
 
 
 D_SWEEP_HEADER = ["dataset", "d", "d / V", "trained: test accuracy", "untrained: test accuracy", "gap", "seeds"]
@@ -358,12 +330,10 @@ def measures_rows() -> list[list[str]]:
 
 
 def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-             out: Path, interrupted: list[str] = (), readings: list[str] = (), calibration: Calibration = (),
+             out: Path, readings: list[str] = (), calibration: Calibration = (),
              notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
     """The report as Markdown; figures linked relative to `out` (the report's folder)."""
     lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
-    if interrupted:
-        lines += [interruption_note(list(interrupted)), ""]
     lines += [line for note in notes if note for line in (note, "")]
     for heading, section in sections.items():
         lines += [f"## {heading}", "", *markdown_table(section, calibration), ""]
@@ -423,15 +393,13 @@ def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[l
 
 
 def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-              interrupted: list[str] = (), readings: str = "", calibration: Calibration = (),
+              readings: str = "", calibration: Calibration = (),
               notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
     """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
     escape = html.escape
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>",
              f"<p>{escape(headline(tally(sections)))}</p><p>{escape(METHOD_NOTE)}</p>"]
-    if interrupted:
-        parts.append(f"<p>{escape(interruption_note(list(interrupted)))}</p>")
     parts += [f"<p>{escape(note)}</p>" for note in notes if note]
     calibration_column = HEADER.index("calibration")
     for heading, section in sections.items():

@@ -7,18 +7,21 @@ negative controls' data, on which a model learns labels that say nothing of its 
 the true labels of the test split, as the claim's own model is. A batch is a dict of tensors (what Lightning moves
 to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
 
-Under DDP every process draws the same batches (same seed) and trains on its strided share of each: the
-averaged gradient is the whole batch's when the batch divides evenly among the processes.
+Each epoch's order of the training rows is drawn from (seed, epoch), the epoch the trainer is in: a fit resumed
+at epoch k sees the batches the uninterrupted fit saw there. Under DDP every process draws the same batches and
+trains on its strided share of each: the averaged gradient is the whole batch's when the batch divides evenly
+among the processes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from toksel.data.corpus import PackedSplit
 
@@ -36,6 +39,19 @@ def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = tor
         "counts": torch.from_numpy(split.bag_counts[entries]).to(dtype),
         "labels": torch.from_numpy(split.labels[rows]),
     }
+
+
+class EpochOrder(Sampler[int]):
+    """Positions 0 .. n-1 in an order drawn from (seed, the current epoch)."""
+
+    def __init__(self, n: int, seed: int, epoch: Callable[[], int]) -> None:
+        self.n, self.seed, self.epoch = n, seed, epoch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(np.random.default_rng((self.seed, self.epoch())).permutation(self.n).tolist())
+
+    def __len__(self) -> int:
+        return self.n
 
 
 class PackedDataModule(pl.LightningDataModule):
@@ -76,16 +92,21 @@ class PackedDataModule(pl.LightningDataModule):
             return chosen
         return chosen[self.trainer.global_rank::world]
 
+    def epoch(self) -> int:
+        """The epoch the trainer is in (0 outside a fit): it seeds the order of that epoch's batches."""
+        return self.trainer.current_epoch if self.trainer is not None else 0
+
     def loader(self, name: str, shuffle: bool = False, shared: bool = False) -> DataLoader:
-        """Batches of the split `name`; shared: only this DDP process's share of each."""
+        """Batches of the split `name` (shuffle: in the epoch's order); shared: only this DDP process's share of
+        each."""
         split, rows = self.rows(name)
-        generator = torch.Generator().manual_seed(self.seed)
 
         def collate(chosen: list[int]) -> dict[str, torch.Tensor]:
             chosen = np.asarray(chosen)
             return batch_of_rows(split, self.share(chosen) if shared else chosen, self.dtype)
 
-        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, generator=generator, collate_fn=collate)
+        order = EpochOrder(len(rows), self.seed, self.epoch) if shuffle else None
+        return DataLoader(rows, batch_size=self.batch_size, sampler=order, collate_fn=collate)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True, shared=True)

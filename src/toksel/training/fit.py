@@ -7,6 +7,11 @@ trains on its share of every batch (training/data.py) and DDP averages the gradi
 the gradient of the whole batch: the fit matches one process's. Every process validates and tests on all rows,
 so early stopping and the best checkpoint agree everywhere. Every process goes through the same fits; only rank
 0 writes outputs and logs (training/protocol.py ends the workers after their last fit).
+
+A fit killed at any point and run again ends as the uninterrupted fit does, bit for bit: it goes on from its last
+checkpoint (weights, optimiser, loop and callback states), and the order of each epoch's batches is drawn from
+(seed, epoch) (training/data.py), not from a generator that a new process would start anew. A checkpoint is
+trusted by what it records (the fit's key and whether the fit had stopped), never by file times.
 """
 
 from __future__ import annotations
@@ -40,9 +45,7 @@ def parameter_dtype(precision: str) -> torch.dtype:
     return torch.float64 if precision == "64-true" else torch.float32
 
 
-# A checkpoint older than this process was left by a stopped one: resuming from it may change the last digits of
-# the result (the data loader's generator starts anew), so the metrics say so.
-PROCESS_START = time.time()  # fit.py is imported before this process writes any checkpoint
+RECORD = "toksel"  # the checkpoint's entry that says which fit it belongs to
 
 
 def checkpoint_dir(stage: str, variant: str) -> Path:
@@ -78,8 +81,7 @@ class StageLogger(Logger):
 @dataclass(frozen=True)
 class FitResult:
     epochs: int  # epochs trained in all, resumed ones included
-    resumed_from_epoch: int | None  # where an interrupted run was picked up; None for a fresh start
-    after_interruption: bool  # picked up from a checkpoint an earlier, stopped process left (not this one's screen)
+    resumed_from_epoch: int | None  # where an interrupted fit was picked up; None for a fresh start
     seconds: float  # this process's fit and test
     test: dict[str, float]  # test_loss, test_accuracy and the test attention metrics
     fitted: dict[str, float]  # best_train_loss, ..._accuracy, best_val_...: the best model on the whole splits
@@ -90,25 +92,41 @@ class FitResult:
 class Resume:
     checkpoint: Path  # last.ckpt of the interrupted fit
     epoch: int  # the first epoch still to train
+    stopped: bool  # the fit had stopped early: nothing is left to train, only the test
 
 
-def resumable_checkpoint(folder: Path, fingerprint: str) -> Resume | None:
-    """Where an interrupted fit with the same fingerprint stopped (folder/<fingerprint>/last.ckpt), or None.
+class RecordFit(pl.Callback):
+    """Writes into every checkpoint the fit's key and whether the fit has stopped early. Lightning runs the
+    checkpoint callbacks after the others, so early stopping has decided by the time the checkpoint is written."""
 
-    A fit's checkpoints live in the folder named by its fingerprint: those of other fingerprints (other
-    parameters or inputs) are removed, and so is a checkpoint that cannot be read (a kill while it was being
-    written). DDP workers start after rank 0 has sorted the folder out, and leave it as they find it."""
-    own = folder / fingerprint
-    last = own / "last.ckpt"
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint[RECORD] = {"key": self.key, "stopped": bool(trainer.should_stop)}
+
+
+def resumable_checkpoint(folder: Path, key: str) -> Resume | None:
+    """Where a fit with this key that a stopped process left got to (folder/<key>/last.ckpt), or None.
+
+    A fit's checkpoints live in the folder named by its key (the caller's digest of its parameters and inputs).
+    What the checkpoint records decides: one that cannot be read (a kill while it was being written), or that
+    records another key or none, is removed with the folder, and the fit starts afresh. DDP workers start after
+    rank 0 has sorted the folder out, and leave it as they find it."""
+    last = folder / key / "last.ckpt"
     if last.exists():
         try:
-            return Resume(last, int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1)
+            state = torch.load(last, map_location="cpu", weights_only=False)
+            record = state.get(RECORD, {})
+            if record.get("key") == key:
+                return Resume(last, int(state["epoch"]) + 1, bool(record.get("stopped")))
+            warnings.warn(f"{last} records another fit: training starts afresh", stacklevel=2)
         except Exception as error:  # noqa: BLE001 (whatever makes it unreadable: start afresh)
             warnings.warn(f"{last} cannot be read ({type(error).__name__}): training starts afresh", stacklevel=2)
     if is_worker():
         return None
     shutil.rmtree(folder, ignore_errors=True)
-    own.mkdir(parents=True)
+    (folder / key).mkdir(parents=True)
     return None
 
 
@@ -151,24 +169,26 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.INFO if progress else logging.WARNING)
     pl.seed_everything(seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
-    interrupted = resume is not None and resume.checkpoint.stat().st_mtime < PROCESS_START  # before fit rewrites it
+    # A fit that had stopped early trains no further: its budget ends where it stopped.
+    max_epochs = resume.epoch if resume is not None and resume.stopped else settings.max_epochs
     best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss", save_last=True)
     trainer = pl.Trainer(
-        max_epochs=settings.max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
+        max_epochs=max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
         logger=StageLogger(run),
         callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
-                   LogNorms(), *callbacks],
+                   LogNorms(), RecordFit(fingerprint), *callbacks],
         enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints / fingerprint,
     )
+    if resume is not None:
+        run.set_tag("resumed_from_epoch", str(resume.epoch))  # the run shows it; the results are the same
     with warnings.catch_warnings():
         silence_known_warnings()
         trainer.fit(module, datamodule=data, ckpt_path=None if resume is None else resume.checkpoint)
         tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
     return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=None if resume is None else resume.epoch,
-                     after_interruption=interrupted,
                      seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
                      norms=module.norms(),
                      fitted={f"best_{name}_{kind}": value for name in ("train", "val")

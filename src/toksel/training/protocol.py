@@ -4,14 +4,13 @@ arm, and each run's negative control.
 - Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs (the
   screen); when the rate with the lowest validation loss is the grid's smallest or largest, the grid is extended
   beyond it by its own spacing, up to `lr_extensions` times, so that the chosen rate lies inside the rates tried
-  (`lr_at_edge` says when it still does not). The best rate then goes on from where its screen stopped, under the
-  stopping rule (early stopping on the validation loss, within the epoch budget, counted from the first epoch): the
-  kept model. The rate the matched-lr protocol reads (train.lr) goes on the same way, when it is not the kept one.
-  Going on rather than starting afresh saves the screen's epochs, and changes only the order of the batches after
-  the screen (the loader's generator starts anew): a fit's `resumed_from_epoch` is where its screen ended. A single
-  rate (the ablations) skips the screen. A rate at which the loss stops being finite loses the screen (a warning,
-  its run FAILED); when every rate does, the stage stops. Every fit is an MLflow run nested under the stage's,
-  tagged `lr` and `phase` (screen, kept, matched).
+  (`lr_at_edge` says when it still does not). The best rate is then trained from its start under the stopping
+  rule (early stopping on the validation loss, within the epoch budget): the kept model. The rate the matched-lr
+  protocol reads (train.lr) is trained the same way, when it is not the kept one. Its first epochs repeat the
+  screen's exactly (the same initialisation and batches); each fit keeps its own checkpoints, so a fit killed at
+  any point goes on from its own (training/fit.py). A single rate (the ablations) skips the screen. A rate at
+  which the loss stops being finite loses the screen (a warning, its run FAILED); when every rate does, the stage
+  stops. Every fit is an MLflow run nested under the stage's, tagged `lr` and `phase` (screen, kept, matched).
 - Control: the matched-lr protocol's rate (the claims' protocol: one rate for every arm, as the paper ran them)
   on the same rows with the training labels shuffled, scored on the true test labels: a near miss, a model
   trained as the claim's own is on labels that carry no signal (its curves are read against the true held-out
@@ -82,24 +81,19 @@ class Protocol:
         self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
         self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
         self.tokens, self.curves, self.among = tokens, curves, among
-        self.interrupted: set[Path] = set()  # folders whose fits went on from a stopped process's checkpoint
 
     def fit(self, lr: float, phase: str, shuffled: bool = False, epochs: int | None = None) -> Fitted:
         """One fit at `lr` (within `epochs`, else the budget), logged as its own run; the module and metrics."""
         settings = self.settings if epochs is None else dataclasses.replace(self.settings, max_epochs=epochs)
         labels, phase = ("shuffled", "control") if shuffled else ("true", phase)
         name = "control: shuffled labels" if shuffled else f"lr {lr:g} ({phase})"
-        # One folder per rate on the true labels: a kept or matched fit goes on from its screen's last checkpoint.
-        folder = self.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}")
+        # A folder per fit: a screen, a full fit at a rate, or the control.
+        folder = self.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}-{phase}")
         with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}) as trial:
             module = self.model(lr, shuffled)
             result = fit(module, self.data(shuffled), settings, folder, self.fingerprint, trial, self.seed,
                          self.progress)
             metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
-            if result.after_interruption:
-                self.interrupted.add(folder)
-            # A kept or matched fit goes on from its screen: an interruption there is one in its history too.
-            metrics["resumed_after_interruption"] = float(folder in self.interrupted)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
         return Fitted(module, metrics, curves)
 

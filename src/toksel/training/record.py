@@ -26,10 +26,8 @@ def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, s
     |p|, |v| and mean |E_s|, the token-curve metrics, epochs and seconds -- and its curves."""
     score_p, score_v = module.token_scores()
     metrics, curves = token_curves(tokens, score_p, score_v, settings, among)
-    resumed = None if result.resumed_from_epoch is None else float(result.resumed_from_epoch)
     return {**result.test, **result.fitted, **result.norms, **metrics, "epochs": float(result.epochs),
-            "seconds": result.seconds, "resumed_from_epoch": resumed,
-            "resumed_after_interruption": float(result.after_interruption)}, curves
+            "seconds": result.seconds}, curves
 
 
 def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],

@@ -9,7 +9,7 @@ Each epoch still visits every row once, in a seeded order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from toksel.data.corpus import PackedSplit
-from toksel.training.data import PackedDataModule
+from toksel.training.data import EpochOrder, PackedDataModule
 
 PAD = 0  # the id in pad positions; masked out of every softmax, so any id would do
 
@@ -51,14 +51,15 @@ def padding_fraction(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
 
 
 class LengthBuckets(Sampler[list[int]]):
-    """Batches of row positions (0 .. len(lengths) - 1) of similar length; a new seeded order each epoch."""
+    """Batches of row positions (0 .. len(lengths) - 1) of similar length, in an order drawn from (seed, the
+    current epoch)."""
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, pool: int = 50) -> None:
-        self.lengths, self.batch_size, self.seed, self.pool = lengths, batch_size, seed, pool
-        self.epoch = 0
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, epoch: Callable[[], int],
+                 pool: int = 50) -> None:
+        self.lengths, self.batch_size, self.seed, self.epoch, self.pool = lengths, batch_size, seed, epoch, pool
 
     def batches(self) -> list[np.ndarray]:
-        rng = np.random.default_rng((self.seed, self.epoch))
+        rng = np.random.default_rng((self.seed, self.epoch()))
         order = rng.permutation(len(self.lengths))
         pool_size = self.batch_size * self.pool
         batches = []
@@ -69,9 +70,7 @@ class LengthBuckets(Sampler[list[int]]):
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches()
-        self.epoch += 1
-        return iter([batch.tolist() for batch in batches])
+        return iter([batch.tolist() for batch in self.batches()])
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
@@ -110,8 +109,7 @@ class SequenceDataModule(PackedDataModule):
             return padded_batch(split, rows[self.share(positions) if shared else positions], self.max_len)
 
         if shuffle and self.bucketed:
-            sampler = LengthBuckets(kept_lengths(split, self.max_len)[rows], self.batch_size, self.seed)
+            sampler = LengthBuckets(kept_lengths(split, self.max_len)[rows], self.batch_size, self.seed, self.epoch)
             return DataLoader(range(len(rows)), batch_sampler=sampler, collate_fn=collate)
-        generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(range(len(rows)), batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          collate_fn=collate)
+        order = EpochOrder(len(rows), self.seed, self.epoch) if shuffle else None
+        return DataLoader(range(len(rows)), batch_size=self.batch_size, sampler=order, collate_fn=collate)
