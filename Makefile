@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 TEAM_PORT ?= 5001
 
-.PHONY: install repro test lint ui check-ui bench chromium postgres mlflow-server check-report
+.PHONY: test-slow install repro test lint ui check-ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -23,16 +23,21 @@ $(STAMP): pyproject.toml
 repro: $(STAMP)
 	$(BIN)/dvc repro $(REPRO_FLAGS)
 
-# Two workers, one test file each at a time, the slow files first (tests/conftest.py): the DVC end-to-end test and
-# the controls' tiny pipeline run beside each other and beside the rest.
+# The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline), which
+# `make test-slow` runs; CI runs both. Two workers, one test file each at a time, handed out in collection order
+# (the longest files first: tests/conftest.py) so that neither worker ends the run alone.
 # Chromium and PostgreSQL are installed when they can be (root or sudo); without them the report's render test
 # and the team server's test are skipped.
+PYTEST = $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	@$(MAKE) --no-print-directory chromium || echo "no Chromium: the report's render test will be skipped"
 	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
 	$(BIN)/ruff check src pipelines tests benchmarks tools
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PYTEST) -m "not slow"
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks tools

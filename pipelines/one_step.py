@@ -7,6 +7,7 @@ gathered in results/one_step/<dataset>.json."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 from toksel.cli import run_stage
@@ -14,6 +15,7 @@ from toksel.config import Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
+from toksel.errors import ToksError
 from toksel.io import write_npz
 from toksel.paths import results_dir, seed_dir
 from toksel.theory.one_step import one_step_from_initialisation
@@ -27,6 +29,10 @@ def one_step(config: Config, run: StageRun) -> None:
     step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
                                         config.model.d, config.seed, config.one_step.eta0,
                                         null_seed=(config.base.data_seed, config.seed))
+    overflowed = sorted(name for name, value in step.metrics.items() if value is not None and not math.isfinite(value))
+    if overflowed:  # a step so large that its own numbers overflow: not a result
+        raise ToksError(f"config error: one_step.eta0 = {config.one_step.eta0:g} is too large: the step's "
+                        f"{', '.join(overflowed)} overflow; lower one_step.eta0")
     out = seed_dir(results_dir("one_step", config.dataset), config.seed)
     write_npz(out / "embeddings.npz", E0=step.E0, E1=step.E1, p0=step.p0, v=step.v,
               null_along_p=step.null_update.along_p, null_along_v=step.null_update.along_v)

@@ -30,6 +30,7 @@ from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.errors import ToksError
 from toksel.paths import phase_cell_key, phase_row_dir
+from toksel.processes import stopping_early
 from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.theory.phase import bracketing, measured_window
@@ -63,7 +64,7 @@ def phase_row(config: Config, run: StageRun) -> None:
 
     # Each cell is a small problem that runs on one thread (models/threads.py): two at a time fill two cores.
     # The compiled passes release the GIL; the cells are independent, so the numbers do not depend on the order.
-    with ThreadPoolExecutor(max_workers=PARALLEL_CELLS) as pool:
+    with stopping_early(ThreadPoolExecutor(max_workers=PARALLEL_CELLS)) as pool:
         def computed(wanted: list[tuple[float, int]]) -> dict[tuple[float, int], dict[str, float]]:
             return dict(zip(wanted, pool.map(lambda key: cell(*key), wanted), strict=True))
 

@@ -27,10 +27,19 @@ os.environ["TOKSEL_PROGRESS"] = "0"
 os.environ.setdefault("TOKSEL_TRACKER", "0")
 
 
+# The files that take longest, apart from the slow ones (`make test-slow`): handed out first.
+LONG_FILES = ("test_faults.py", "test_text_data.py", "test_ui.py", "test_models_kept.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow files first: `make test` hands files to its two workers in collection order
+    """The longest files first: `make test` hands files to its two workers in collection order
     (--no-loadscope-reorder), so the long ones start at once on different workers instead of ending the run on one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files keep their order
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow") is not None:
+            return 0
+        return 1 if item.path.name in LONG_FILES else 2
+
+    items.sort(key=rank)  # stable: files keep their order within a rank
 
 
 @pytest.fixture

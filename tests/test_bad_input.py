@@ -6,13 +6,18 @@ import errno
 import json
 import os
 import re
+import resource
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from pipelines import check_params, gradient_flow, one_step, prepare
-from tests.helpers import TINY
+from pipelines import check_params, evaluate, gradient_flow, one_step, prepare
+from tests.helpers import ROOT, TINY
 from toksel import guarded, tracking
 
 
@@ -69,11 +74,78 @@ def test_a_damaged_intermediate_file_names_the_stage_to_rerun(prepared, capsys):
     embeddings.write_bytes(embeddings.read_bytes()[:100])  # truncated
     assert gradient_flow.main(TINY) == 2
     error = _one_line(capsys, "gradient_flow")
-    assert "embeddings.npz is damaged" in error and "run the one_step stage again" in error
+    assert "embeddings.npz has changed since its stage wrote it" in error and "run the one_step stage again" in error
+    (embeddings.parent / ".digests.json").unlink()  # without the record, reading it fails as clearly
+    assert gradient_flow.main(TINY) == 2
+    assert "embeddings.npz is damaged (BadZipFile)" in _one_line(capsys, "gradient_flow")
     tokens = prepared / "data" / "processed" / "synthetic" / "seed0" / "tokens.json"
     tokens.write_text("{not json")
     assert one_step.main(TINY) == 2
-    assert "is damaged" in _one_line(capsys, "one_step")
+    assert "tokens.json has changed since its stage wrote it" in _one_line(capsys, "one_step")
+
+
+def _without_last_line(path: Path) -> None:
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+
+
+# Files cut or rewritten between stages, each read by the next stage: (file, change, stage that reads it).
+CHANGED = [
+    ("data/processed/synthetic/seed0/tokens.csv", _without_last_line, one_step),  # once read as a changed slope
+    ("results/gradient_flow/synthetic/seed0/history.csv", _without_last_line, evaluate),
+    ("results/one_step/synthetic/seed0/metrics.json", lambda path: path.write_text("{}"), evaluate),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "stage"), CHANGED, ids=["tokens.csv cut", "history.csv cut", "{} metrics"])
+def test_a_file_changed_since_its_stage_wrote_it_is_refused_by_the_next(prepared, capsys, name, change, stage):
+    assert gradient_flow.main(TINY) == 0
+    change(prepared / name)
+    assert stage.main(TINY) == 2
+    assert f"{Path(name).name} has changed since its stage wrote it" in _one_line(capsys, stage.__name__.split(".")[-1])
+
+
+def test_a_file_that_lacks_what_its_reader_needs_names_it_in_one_line(prepared, capsys):
+    """Without the digests' record (a file copied in by hand): a missing array or key is still one line."""
+    folder = prepared / "results" / "one_step" / "synthetic" / "seed0"
+    (folder / ".digests.json").unlink()
+    with np.load(folder / "embeddings.npz") as arrays:
+        kept = {name: arrays[name] for name in arrays.files if name != "E1"}
+    np.savez(folder / "embeddings.npz", **kept)
+    assert gradient_flow.main(TINY) == 2
+    assert "embeddings.npz is damaged (it has no 'E1')" in _one_line(capsys, "gradient_flow")
+
+
+@pytest.mark.parametrize(("stage", "args", "message"), [
+    (prepare, ["data.num_classes=3"], "the synthetic generator draws two classes"),
+    (one_step, ["one_step.eta0=1e308"], "one_step.eta0 = 1e+308 is too large"),
+    (one_step, ["model.d=10000000"], "GiB, more than the 1.0 GiB available: lower model.d"),
+], ids=["synthetic with 3 classes", "an overflowing step", "arrays beyond memory"])
+def test_params_whose_results_would_be_wrong_are_refused_in_one_line(prepared, capsys, stage, args, message,
+                                                                      monkeypatch):
+    monkeypatch.setattr("toksel.memory.available_bytes", lambda: 2**30)  # 1 GiB free, whatever this machine has
+    before = {path: path.read_bytes() for path in (prepared / "results").rglob("*") if path.is_file()}
+    assert stage.main([*TINY, *args]) == 2
+    assert message in _one_line(capsys, stage.__name__.split(".")[-1])
+    assert {path: path.read_bytes() for path in (prepared / "results").rglob("*") if path.is_file()} == before
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(project, capsys):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(12))
+    (project / "params.yaml").write_text((project / "params.yaml").read_text() + "\nbomb:\n" + "".join(
+        f"  {line}\n" for line in bomb.splitlines()))
+    assert check_params.main([]) == 2
+    assert "YAML aliases" in _one_line(capsys, "check_params")
+
+
+def test_a_file_size_limit_ends_a_stage_in_one_line(prepared):
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # noqa: E731 (in the child only)
+    stage = subprocess.run([sys.executable, "-m", "pipelines.gradient_flow", *TINY], cwd=prepared,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                           preexec_fn=limit, timeout=300)
+    assert stage.returncode == 2, stage.stderr[-2000:]
+    assert stage.stderr.strip().splitlines()[-1].startswith("gradient_flow: cannot write its outputs")
+    assert "File too large" in stage.stderr
 
 
 def test_a_stage_that_fails_midway_keeps_every_old_output(prepared, capsys, monkeypatch):

@@ -3,14 +3,18 @@ left RUNNING, and a killed training resumes from its last checkpoint; two stages
 once; a training whose loss stops being finite stops with a clear error; the same seed gives the same metrics."""
 
 import json
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from mlflow import MlflowClient
 
 from pipelines import gradient_flow, one_step, prepare, train
@@ -74,21 +78,59 @@ def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(
     assert parent.info.status == "FINISHED"
 
 
-def test_a_stage_stopped_by_sigterm_marks_its_runs_killed_and_keeps_its_old_outputs(prepared):
+@pytest.mark.parametrize(("stage", "args", "signum"), [
+    ("gradient_flow", LONG_FLOW, signal.SIGTERM),  # a `kill`, DVC or CI stopping the stage
+    ("train", [*TINY, *TINY_TRAIN, "train.max_epochs=200", "train.patience=200"], signal.SIGINT),  # Ctrl-C
+], ids=["sigterm", "ctrl-c in training"])
+def test_a_stopped_stage_marks_its_runs_killed_keeps_its_old_outputs_and_says_so_in_one_line(prepared, stage, args,
+                                                                                              signum):
+    if stage == "gradient_flow":  # outputs to keep (the training's are none: it must then write none)
+        assert run_stage_process(stage, TINY, prepared).returncode == 0
+    outputs = prepared / "results" / stage
+    before = {path: path.read_bytes() for path in outputs.rglob("*") if path.is_file()}
+    process = start_stage(stage, args, prepared)
+    _wait_until(lambda: [run for run in _runs(prepared, stage) if run.info.status == "RUNNING"], process)
+    time.sleep(0.5)  # into the descent, or the training
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == 128 + signum
+    error = process.stderr.read().strip().splitlines()
+    assert error == [f"{stage}: stopped by {signal.Signals(signum).name}: its MLflow runs are marked KILLED and its "
+                     "old outputs kept"]
+    stopped = _runs(prepared, stage)[-1]
+    assert stopped.info.status == "KILLED"
+    assert _client(prepared).get_run(stopped.data.tags["mlflow.parentRunId"]).info.status == "KILLED"
+    assert {path: path.read_bytes() for path in outputs.rglob("*") if path.is_file()} == before
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie nobody has reaped)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent's death is told by Linux (prctl)")
+def test_a_stage_whose_starter_is_killed_stops_and_never_writes_after_it(prepared):
     assert run_stage_process("gradient_flow", TINY, prepared).returncode == 0
     outputs = seed_folder(prepared, "gradient_flow", "synthetic")
     before = {path.name: path.read_bytes() for path in outputs.iterdir()}
-    process = start_stage("gradient_flow", LONG_FLOW, prepared)
-    _wait_until(lambda: [run for run in _runs(prepared, "gradient_flow") if run.info.status == "RUNNING"], process)
-    time.sleep(0.3)  # into the descent
-    process.terminate()
-    assert process.wait(timeout=60) == 128 + signal.SIGTERM
-    error = process.stderr.read().strip().splitlines()
-    assert error == ["gradient_flow: stopped by SIGTERM: its MLflow runs are marked KILLED and its old outputs kept"]
-    stopped = _runs(prepared, "gradient_flow")[-1]
-    assert stopped.info.status == "KILLED"
-    assert _client(prepared).get_run(stopped.data.tags["mlflow.parentRunId"]).info.status == "KILLED"
+    # A stand-in for `dvc repro`: it starts the stage and is then killed, as `kill -TERM <dvc>` ends DVC at once.
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; stage = subprocess.Popen(sys.argv[1:]); "
+         "print(stage.pid, flush=True); stage.wait()", sys.executable, "-m", "pipelines.gradient_flow", *LONG_FLOW],
+        cwd=prepared, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True)
+    stage = int(starter.stdout.readline())
+    _wait_until(lambda: [run for run in _runs(prepared, "gradient_flow") if run.info.status == "RUNNING"], starter)
+    starter.kill()
+    starter.wait()
+    deadline = time.monotonic() + 60
+    while not _gone(stage):
+        assert time.monotonic() < deadline, "the stage outlived the process that started it"
+        time.sleep(0.1)
     assert {path.name: path.read_bytes() for path in outputs.iterdir()} == before
+    assert _runs(prepared, "gradient_flow")[-1].info.status == "KILLED"
 
 
 SCREENED = [*TINY, *TINY_TRAIN, "train.max_epochs=5", "train.patience=5", "train.lr_grid=[0.02,0.05]",
@@ -104,18 +146,17 @@ def test_a_training_stopped_during_its_kept_fit_reruns_to_the_uninterrupted_metr
 
     uninterrupted = results()
     seed = prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0"
-    for stop in ("kill", "terminate"):  # SIGKILL, or SIGTERM (a cancelled CI job)
-        process = start_stage("train", SCREENED, prepared)
-        _wait_until(lambda: any(seed.glob("*-kept/*/last.ckpt")), process)  # after the screen, in the kept fit
-        time.sleep(0.3)  # an epoch or two further
-        getattr(process, stop)()
-        process.wait()
-        _assert_whole(prepared / "results" / "train")
-        rerun = run_stage_process("train", SCREENED, prepared)
-        assert rerun.returncode == 0, rerun.stderr[-3000:]
-        assert results() == uninterrupted, stop  # bit for bit
-        assert not seed.exists()  # finished: nothing left to resume
-    assert [run.info.status for run in _runs(prepared, "train")] == ["FINISHED", *["KILLED", "FINISHED"] * 2]
+    process = start_stage("train", SCREENED, prepared)
+    _wait_until(lambda: any(seed.glob("*-kept/*/last.ckpt")), process)  # after the screen, in the kept fit
+    time.sleep(0.3)  # an epoch or two further
+    process.kill()  # SIGKILL: nothing of the stage runs after it (SIGTERM ends a stage as cleanly: above)
+    process.wait()
+    _assert_whole(prepared / "results" / "train")
+    rerun = run_stage_process("train", SCREENED, prepared)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert results() == uninterrupted  # bit for bit
+    assert not seed.exists()  # finished: nothing left to resume
+    assert [run.info.status for run in _runs(prepared, "train")] == ["FINISHED", "KILLED", "FINISHED"]
     client = _client(prepared)
     kept = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
                               filter_string="tags.phase = 'kept'", order_by=["attributes.start_time DESC"])

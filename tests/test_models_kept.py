@@ -9,7 +9,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from pipelines import report, train
+from pipelines import prepare, report, train
 from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
 from toksel import explain
 from toksel.data.corpus import PackedSplit
@@ -60,6 +60,11 @@ def test_explain_prints_each_token_with_its_weight_and_the_prediction(trained, c
     assert "not in the vocabulary, left out: nosuchword" in printed.err  # synthetic data have no <unk>
     assert explain.main(["train/synthetic/nosuch/seed0", "pos1"]) == 2
     assert "holds no kept model" in capsys.readouterr().err
+    # prepare again with another vocabulary: the model's token ids would read other words, so it is refused.
+    assert prepare.main([*TINY, "data.synthetic.n_irrelevant=26"]) == 0
+    assert explain.main(["train/synthetic/trained/seed0", "pos1 irr9"]) == 2
+    assert "was trained on another vocabulary" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert prepare.main(TINY) == 0  # as the other tests of this module want it
 
 
 def test_the_report_shows_real_reviews_shaded_by_each_arms_attention(trained, tmp_path):

@@ -6,6 +6,7 @@ run, and turns bad input into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import os
@@ -23,8 +24,9 @@ from toksel.io import outputs_together, recover_outputs, write_json
 from toksel.known_warnings import silence_known_warnings
 from toksel.tracking import StageRun, gathered_metrics, stage_run
 
-# A full disk, a quota, a read-only or forbidden folder: the machine's fault, told in one line, not a traceback.
-OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES}
+# A full disk, a quota, a read-only or forbidden folder, a file-size limit (ulimit -f): the machine's fault, told in
+# one line, not a traceback.
+OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG}
 
 StageBody = Callable[[Config, StageRun], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
@@ -48,6 +50,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
     seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
     """
+    from_command_line = argv is None  # a process of its own (DVC's, a user's), not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
         print(f"usage: python -m pipelines.{stage} [key=value ...]\n\nkeys, with their values in params.yaml:")
@@ -60,28 +63,47 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
             print(f"  ({error})")
         return 0
     silence_known_warnings()
-    with _sigterm_raises():
-        return _run(stage, sections, body, argv, seeded, every_seed, seeds)
+    with _signals_raise():
+        return _run(stage, sections, body, argv, seeded, every_seed, seeds, from_command_line)
+
+
+STOPPING = (signal.SIGTERM, signal.SIGINT)  # a `kill`, DVC or CI stopping a stage; Ctrl-C
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the one that started it ends
 
 
 @contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM (a `kill`, DVC or CI stopping a stage) raises Terminated, so the stage closes its runs as KILLED."""
-    def terminate(signum: int, frame: object) -> None:
-        raise Terminated()
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGINT raise Terminated, so the stage closes its runs as KILLED and keeps its old outputs."""
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated(signum)
 
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    previous = {signum: signal.signal(signum, stop) for signum in STOPPING}
     try:
         yield
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stop_with_parent() -> None:
+    """SIGTERM when the process that started the stage (DVC) ends, so that the stage never writes after DVC has
+    gone (Linux; elsewhere nothing); a parent already gone is an immediate stop."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the request
+        raise Terminated(signal.SIGTERM)
 
 
 def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str], seeded: bool,
-         every_seed: SeedsFolder | None, seeds: Seeds | None) -> int:
+         every_seed: SeedsFolder | None, seeds: Seeds | None, from_command_line: bool) -> int:
     try:
+        if from_command_line:
+            _stop_with_parent()
         config = load_config(argv)
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
@@ -103,10 +125,10 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
         return 2
-    except Terminated:
-        print(f"{stage}: stopped by SIGTERM: its MLflow runs are marked KILLED and its old outputs kept",
-              file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except Terminated as stopped:
+        print(f"{stage}: stopped by {signal.Signals(stopped.signum).name}: its MLflow runs are marked KILLED and its "
+              "old outputs kept", file=sys.stderr)
+        return 128 + stopped.signum
     except OSError as error:
         if error.errno not in OUTPUT_ERRORS:
             raise

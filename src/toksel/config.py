@@ -419,10 +419,24 @@ def _check_folder_numbers(params: Any, path: Path) -> None:
                         "(dvc.yaml names each row's folder after it)")
 
 
+MAX_ALIASES = 100  # params.yaml uses none; a few hundred nested aliases expand to gigabytes (a "billion laughs")
+
+
+def _check_aliases(path: Path) -> None:
+    """Refuse a file with more than MAX_ALIASES YAML aliases, counted in the parser's events (which cost what the
+    text does) before anything expands them."""
+    with open(path, encoding="utf-8") as handle:
+        aliases = sum(isinstance(event, yaml.AliasEvent) for event in yaml.parse(handle, Loader=yaml.SafeLoader))
+    if aliases > MAX_ALIASES:
+        raise ToksError(f"config error: {path} has {aliases} YAML aliases (*name), more than the {MAX_ALIASES} "
+                        "allowed: write the values out")
+
+
 def _read_params(path: Path) -> Any:
     """params.yaml as an OmegaConf node; one line for a file that is not UTF-8, not YAML, repeats a key or is
     not a mapping."""
     try:
+        _check_aliases(path)
         params = OmegaConf.load(path)
     except UnicodeDecodeError as error:
         raise ToksError(f"config error: {path} is not UTF-8 text (byte {error.start})") from None
@@ -444,8 +458,9 @@ def _schema() -> Any:
     return OmegaConf.structured(Config)
 
 
-def _resolve(layers: list[Any], prefix: str = "") -> Config:
-    """Merge the layers onto the schema and validate; errors name the key, after `prefix`."""
+def _resolve(layers: list[Any], prefix: str = "", dataset_applied: bool = True) -> Config:
+    """Merge the layers onto the schema and validate; errors name the key, after `prefix`. dataset_applied: the
+    layers include a dataset entry's, so `data` is that dataset's."""
     try:
         config = OmegaConf.to_object(OmegaConf.merge(_schema(), *layers))
     except OmegaConfBaseException as error:
@@ -455,6 +470,10 @@ def _resolve(layers: list[Any], prefix: str = "") -> Config:
         raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
     _check_ranges(config, prefix)
     _check_consistency(config, prefix)
+    data = config.data
+    if dataset_applied and data.source == "synthetic" and data.num_classes != 2:
+        raise ToksError(f"config error: {prefix}data.num_classes = {data.num_classes}: the synthetic generator draws "
+                        "two classes (labels +1 and -1); K classes come from a text dataset")
     return config
 
 
@@ -489,7 +508,7 @@ def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
         command_line = OmegaConf.from_dotlist(list(overrides))
     except OmegaConfBaseException as error:
         raise ToksError(f"config error: the overrides {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
-    first = _resolve([params, command_line])
+    first = _resolve([params, command_line], dataset_applied=False)  # which dataset, and the entries
     shared = OmegaConf.masked_copy(params, [key for key in params if key != "datasets"])
     for name in first.datasets:
         _resolve([shared, _dataset_layer(first.datasets, name)], prefix=f"datasets.{name}.")

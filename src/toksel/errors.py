@@ -1,4 +1,7 @@
-"""The one exception type that means "the user's input is wrong" (exit code 2, one line)."""
+"""The one exception type that means "the user's input is wrong" (exit code 2, one line), and the one that means
+"the stage was told to stop"."""
+
+import signal
 
 
 class ToksError(Exception):
@@ -6,5 +9,9 @@ class ToksError(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM reached a stage (a BaseException, so no `except Exception` swallows it): its runs are marked KILLED,
-    its old outputs kept, and it exits 143."""
+    """SIGTERM or SIGINT (Ctrl-C) reached a stage (a BaseException, so no `except Exception` swallows it): its runs
+    are marked KILLED, its old outputs kept, and it exits 128 + the signal's number (143, 130)."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -49,7 +49,11 @@ def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], 
     if config.data.tokenizer != "word":
         raise ToksError(f"explain reads word-tokenized datasets; {about['dataset']} uses data.tokenizer = "
                         f"{config.data.tokenizer!r}")
-    tokens = read_token_table(data_dir(about["dataset"], int(about.get("seed", 0))) / "tokens.csv")
+    table = data_dir(about["dataset"], int(about.get("seed", 0))) / "tokens.csv"
+    tokens = read_token_table(table)
+    if about["vocabulary"] != tokens.vocabulary_digest():  # prepare ran again since, with other settings
+        raise ToksError(f"{folder} was trained on another vocabulary than {table} holds now: its token ids would "
+                        f"read other words; run the train stage again (dvc repro train@{about['dataset']})")
     words = tokens.words
     found = word_tokens(text)[:config.data.max_len]
     if words[0] != UNKNOWN:  # a vocabulary without <unk> (synthetic data): a word outside it is left out

@@ -4,6 +4,12 @@ Inside `outputs_together()` (a stage's whole run) the renames wait for the end o
 stage wrote replaces its old version together, or none does. The renames are listed in a journal first, so a
 kill in the middle of them is finished by the next stage that starts (`recover_outputs`), which also removes
 the temporary files of processes that are gone.
+
+Every file written here is recorded with its size and SHA-256 in its folder's `.digests.json`, in the same
+commit. A stage reads another's output through `require_output` (or read_json, read_npz), which checks the file
+against that record: a file changed after its stage wrote it (truncated, edited, replaced) is refused with one
+line naming the stage to run again, instead of being read as plausible input. A JSON object or npz read here
+names its file and the stage to rerun when a key it lacks is asked for.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 from toksel.errors import ToksError
 
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # .<name>.tmp-<pid>, next to <name>
+DIGESTS = ".digests.json"  # in each folder written: {file name: [size, sha256]}
 JOURNALS = Path(".toksel")  # in the working directory: the renames of a commit in progress
 SEARCHED = ("data", "results")  # where stages write, and so where temporary files can be left
 
@@ -49,6 +56,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         if _open:
             _open[-1].renames[path] = tmp
             return
+        _record_digests({path: tmp}, now=True)
         os.replace(tmp, path)
     finally:
         if tmp.exists() and not (_open and _open[-1].renames.get(path) == tmp):
@@ -86,9 +94,39 @@ def outputs_together() -> Iterator[None]:
         action()
 
 
+def _digest(path: Path) -> list:
+    with open(path, "rb") as handle:
+        return [path.stat().st_size, hashlib.file_digest(handle, "sha256").hexdigest()]
+
+
+def _record_digests(renames: dict[Path, Path], now: bool = False) -> dict[Path, Path]:
+    """Each folder's .digests.json with the files about to replace their old versions: put in place `now`, or
+    else (a commit's) returned as renames {record: its temporary file}, to be made with the others."""
+    records = {}
+    for path, tmp in renames.items():
+        if path.name != DIGESTS:
+            records.setdefault(path.parent, {})[path.name] = _digest(tmp)
+    written = {}
+    for folder, entries in records.items():
+        record = folder / DIGESTS
+        try:
+            known = json.loads(record.read_text()) if record.exists() else {}
+        except ValueError:
+            known = {}  # a damaged record is rewritten; the files it lost are read unchecked
+        tmp = folder / f".{DIGESTS}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps({**known, **entries}, indent=1, sort_keys=True) + "\n")
+        written[record] = tmp
+    if now:
+        for record, tmp in written.items():
+            os.replace(tmp, record)
+        return {}
+    return written
+
+
 def _commit(renames: dict[Path, Path]) -> None:
     if not renames:
         return
+    renames = {**renames, **_record_digests(renames)}
     JOURNALS.mkdir(exist_ok=True)
     journal = JOURNALS / f"commit-{os.getpid()}.json"
     with open(journal.with_suffix(".tmp"), "w") as handle:  # complete before it counts
@@ -150,15 +188,46 @@ def write_json(path: Path | str, data: dict[str, Any] | list[Any]) -> None:
         tmp.write_text(json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
 
 
-def damaged(path: Path | str, error: Exception, producer: str | None = None) -> ToksError:
+def damaged(path: Path | str, error: Exception, producer: str | None = None, why: str | None = None) -> ToksError:
     """The one-line error for a file a stage wrote that cannot be read back (truncated, overwritten, ...)."""
     again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
-    return ToksError(f"{path} is damaged ({type(error).__name__}): {again}")
+    return ToksError(f"{path} is damaged ({why or type(error).__name__}): {again}")
 
 
-def read_json(path: Path | str, producer: str | None = None) -> dict[str, Any]:
+def verify(path: Path | str, producer: str | None = None) -> None:
+    """Refuse `path` when it is not the file its stage wrote (its size or SHA-256 differs from the record in its
+    folder's .digests.json); a file the record does not list is not checked."""
+    path = Path(path)
+    record = path.parent / DIGESTS
+    if not path.exists() or not record.exists():
+        return
     try:
-        return json.loads(Path(path).read_text())
+        expected = json.loads(record.read_text()).get(path.name)
+    except (ValueError, AttributeError):
+        return  # a damaged record: the next write of the folder replaces it
+    if expected is not None and _digest(path) != expected:
+        again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
+        raise ToksError(f"{path} has changed since its stage wrote it (its size or content differs from "
+                        f"{record}): {again}")
+
+
+class Record(dict):
+    """A JSON object read from a stage's output: asking it for a key it lacks is that file's fault, told in one
+    line, not a KeyError."""
+
+    def __init__(self, items: dict, path: Path | str, producer: str | None) -> None:
+        super().__init__(items)
+        self.path, self.producer = path, producer
+
+    def __missing__(self, key: object) -> Any:
+        raise damaged(self.path, KeyError(key), self.producer, f"it has no {key!r}")
+
+
+def read_json(path: Path | str, producer: str | None = None) -> Any:
+    """A JSON file another stage (`producer`) wrote, checked against its folder's digests."""
+    verify(path, producer)
+    try:
+        return json.loads(Path(path).read_text(), object_hook=lambda items: Record(items, path, producer))
     except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
         raise damaged(path, error, producer) from None
 
@@ -169,6 +238,13 @@ def write_text(path: Path | str, text: str) -> None:
 
 
 def write_npz(path: Path | str, **arrays: Any) -> None:
+    """Arrays into `path`; an infinite value among them is an overflow, an error, not a result (NaN stays: it
+    marks what was not computed)."""
+    for name, array in arrays.items():
+        array = np.asarray(array)
+        if array.dtype.kind in "fc" and np.isinf(array).any():
+            raise ToksError(f"{Path(path).name} would hold infinite values in {name}: the computation overflowed "
+                            "(a step size or learning rate too large for it?); nothing was written")
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -179,6 +255,7 @@ def require_output(path: Path | str, producer: str) -> Path:
         return _open[-1].renames[Path(path)]
     if not Path(path).exists():
         raise ToksError(f"{path} is missing: run the {producer} stage first (dvc repro {producer})")
+    verify(path, producer)
     return Path(path)
 
 
@@ -186,7 +263,7 @@ def read_npz(path: Path | str, producer: str) -> dict[str, np.ndarray]:
     """All arrays of `path`, an output of the stage `producer`."""
     try:
         with np.load(require_output(path, producer)) as z:
-            return {name: z[name] for name in z.files}
+            return Record({name: z[name] for name in z.files}, path, producer)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not an npz, a bad member
         raise damaged(path, error, producer) from None
 

@@ -25,6 +25,7 @@ from toksel.calibration.theory import HALF, theory_replicate
 from toksel.claims import BY_ID, Claim, config_value
 from toksel.config import Config
 from toksel.measurements import curve_settings
+from toksel.processes import stopping_early
 
 MIN_POWER, MAX_FALSE_POSITIVES = 0.8, 0.1
 PARALLEL_REPLICATES = 2
@@ -118,7 +119,7 @@ def theory_answers(config: Config, seeds: int, progress: Callable[[], None] = la
     # OpenMP threads have run (torch, in a test or a notebook) is terminated by the OpenMP runtime.
     work = functools.partial(_theory_seeds, config.calibration, config.gradient_flow, seeds)
     context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=PARALLEL_REPLICATES, mp_context=context) as pool:
+    with stopping_early(ProcessPoolExecutor(max_workers=PARALLEL_REPLICATES, mp_context=context)) as pool:
         for per_seed in pool.map(work, range(config.calibration.replicates)):
             for family in families:
                 for condition in family.conditions:

@@ -9,6 +9,7 @@ and the held-out alpha_s. The class count is declared next to the table (tokens.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,11 @@ class TokenTable:
     @property
     def words(self) -> list[str]:
         return self.frame["word"].astype(str).tolist()
+
+    def vocabulary_digest(self) -> str:
+        """A short hash of the words in order: what token id i means (a kept model records the one it was
+        trained with)."""
+        return hashlib.sha256("\n".join(self.words).encode()).hexdigest()[:16]
 
     @property
     def important(self) -> np.ndarray:

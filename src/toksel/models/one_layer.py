@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from toksel.data.corpus import PackedSplit
+from toksel.memory import require_memory
 from toksel.models import products
 
 
@@ -174,6 +175,9 @@ def initialise(vocab_size: int, d: int, seed: int, dtype: torch.dtype = torch.fl
     rebuttal's one-step formula holds for (nearly) orthonormal v_k)."""
     if num_classes > 2 and num_classes > d:
         raise ValueError(f"{num_classes} orthonormal output vectors need d >= {num_classes}, got d = {d}")
+    # A stage keeps E0, E1 and a gradient of E at once, at least: three arrays of |S| x d.
+    require_memory(3 * vocab_size * d * torch.finfo(dtype).bits // 8, f"model.d = {d} with {vocab_size:,} tokens",
+                   "lower model.d")
     generator = torch.Generator().manual_seed(seed)
     E = torch.randn(vocab_size, d, generator=generator, dtype=dtype) / d**0.5
     p = torch.randn(d, generator=generator, dtype=dtype) / d**0.5

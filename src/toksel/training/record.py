@@ -52,7 +52,8 @@ def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metr
     parameters = {name.replace(".", "/"): parameter.detach().cpu().float().numpy()
                   for name, parameter in module.named_parameters()}
     write_npz(out / "model.npz", scores=score_p, values=score_v, **parameters)
-    write_json(out / "model.json", {**about, "parameters": sorted(parameters)})
+    write_json(out / "model.json", {**about, "parameters": sorted(parameters),
+                                    "vocabulary": tokens.vocabulary_digest()})
     run.log_artifact(out / "token_scores.png", "figures")
     run.log_artifact(out / "bins.csv")
     run.log_artifact(out / "model.npz", "model")
