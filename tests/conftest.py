@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -65,24 +64,7 @@ def prepared(project: Path) -> Path:
 
 @pytest.fixture
 def dvc_project(tmp_path: Path) -> Path:
-    """A copy of the project (code, dvc.yaml, a tiny params.yaml with the synthetic dataset alone) in a fresh git
-    repository with DVC initialised, for `dvc repro` through the real DAG."""
-    from omegaconf import OmegaConf
+    """A copy of the project with a tiny params.yaml in a fresh git repository with DVC initialised."""
+    from tests.helpers import tiny_dvc_project
 
-    from tests.helpers import dvc
-
-    for name in ("dvc.yaml", ".dvcignore"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    for folder in ("src", "pipelines"):
-        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    tiny_training = ["train.max_epochs=2", "train.batch_size=16", "train.datasets=[synthetic]", "train.lr_grid=[0.001]",
-                     "train.heldout_min_count=1", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
-                     "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
-                     "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
-                     "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.replicates=3"]
-    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
-    params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
-    OmegaConf.save(params, tmp_path / "params.yaml")
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    dvc(tmp_path, "init", "-q")
-    return tmp_path
+    return tiny_dvc_project(tmp_path)

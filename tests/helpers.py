@@ -69,11 +69,16 @@ def run_stage_process(stage: str, args: list[str], cwd: Path, **env: str) -> sub
 def run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
     """`dvc args` in `project`, with this environment's dvc and python, the project's own MLflow store, and the
     pipeline key left to the dvc process (as a user's run has it)."""
+    return subprocess.run(["dvc", *args], cwd=project, env=dvc_environment(), capture_output=True, text=True)
+
+
+def dvc_environment() -> dict[str, str]:
+    """This environment's dvc and python, the project's own MLflow store, the pipeline key left to DVC."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)  # the default: sqlite:///<project>/mlflow.db
     env.pop("TOKSEL_PIPELINE_ID", None)  # stages must find their parent run through the dvc process
-    return subprocess.run(["dvc", *args], cwd=project, env=env, capture_output=True, text=True)
+    return env
 
 
 def dvc(project: Path, *args: str) -> str:
@@ -96,3 +101,25 @@ def stages_run(output: str) -> list[str]:
 def stages_stale(project: Path) -> list[str]:
     """The stages `dvc repro` would start with: those whose own dependencies changed."""
     return sorted(short_stage(name) for name in json.loads(dvc(project, "status", "--json")))
+
+
+def tiny_dvc_project(folder: Path) -> Path:
+    """A copy of the project (code, dvc.yaml, a tiny params.yaml with the synthetic dataset alone) in `folder`, a
+    fresh git repository with DVC initialised, for `dvc repro` through the real DAG."""
+    from omegaconf import OmegaConf
+
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, folder / name)
+    for part in ("src", "pipelines"):
+        shutil.copytree(ROOT / part, folder / part, ignore=shutil.ignore_patterns("__pycache__"))
+    tiny_training = ["train.max_epochs=2", "train.batch_size=16", "train.datasets=[synthetic]", "train.lr_grid=[0.001]",
+                     "train.heldout_min_count=1", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",
+                     "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
+                     "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
+                     "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.replicates=3"]
+    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
+    params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
+    OmegaConf.save(params, folder / "params.yaml")
+    subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
+    dvc(folder, "init", "-q")
+    return folder

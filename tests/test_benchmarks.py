@@ -1,5 +1,7 @@
 """The benchmarks measure what they say: the two paths agree, the floor loop and the Lightning counters count right."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,19 @@ def test_the_repro_timing_splits_a_stamped_log_by_stage_kind(tmp_path):
     found = breakdown(log)
     assert found.stages == {"prepare": [3.0], "one_step": [7.0, 21.0]} and found.total == 31.0
     assert table([log])[-1] == "| **all** | **3, 31 s** |"
+
+
+def test_the_interruption_check_compares_every_number_but_the_timings(tmp_path):
+    from benchmarks.interruptions import differences, metrics
+
+    (tmp_path / "results" / "stage").mkdir(parents=True)
+    record = {"slope": 0.5, "seconds": 3.0, "seed0": {"loss": float("nan"), "curve": [1, 2]}, "name": "x"}
+    (tmp_path / "results" / "stage" / "metrics.json").write_text(json.dumps(record))
+    (tmp_path / "results" / "stage" / ".digests.json").write_text(json.dumps({"metrics.json": [1, "ab"]}))
+    found = metrics(tmp_path)
+    assert set(found) == {f"results/stage/metrics.json.{key}" for key in ("slope", "seed0.loss", "seed0.curve[0]",
+                                                                            "seed0.curve[1]")}
+    assert differences(found, dict(found)) == []  # NaN equals NaN here: the same run
+    changed = {**found, "results/stage/metrics.json.slope": 0.25}
+    assert differences(changed, found) == ["results/stage/metrics.json.slope"]
+    assert differences({}, found) == sorted(found)
