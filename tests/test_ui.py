@@ -2,6 +2,7 @@
 experiment page (MLflow 3's GenAI overview) fails the same check."""
 
 import shutil
+import socket
 
 import pytest
 
@@ -22,6 +23,19 @@ def test_the_ui_opens_on_the_runs_table_and_the_plain_experiment_page_does_not(p
     assert ui.main(["--check"]) == 1
 
 
-def test_the_ui_says_when_there_is_nothing_to_show(project, capsys):
+def test_the_ui_says_when_there_is_nothing_to_show_and_creates_no_store(project, capsys):
     assert ui.main(["--check"]) == 2
-    assert "holds no run of the experiment 'toksel'" in capsys.readouterr().err
+    assert "no MLflow store at" in capsys.readouterr().err
+    assert not (project / "mlflow.db").exists()  # started outside a project, it leaves nothing behind
+
+
+def test_the_ui_refuses_a_port_another_program_listens_on(project, capsys):
+    assert prepare.main(TINY) == 0  # a store with a pipeline's run
+    capsys.readouterr()
+    with socket.socket() as other:  # another server on the port: its answers must not pass for ours
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        assert ui.main(["--port", str(port)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"ui: port {port} is in use by another program: choose another with --port"

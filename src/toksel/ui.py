@@ -53,8 +53,26 @@ def experiment_and_run(uri: str) -> tuple[str, str]:
     return experiment.experiment_id, runs[0].info.run_name
 
 
+def require_store(uri: str) -> None:
+    """An embedded store must exist: opening a missing sqlite file would create an empty store wherever the
+    command runs."""
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        raise ToksError(f"no MLflow store at {uri.removeprefix('sqlite:///')}: run from the project's folder, after "
+                        "the pipeline (dvc repro), or set MLFLOW_TRACKING_URI")
+
+
+def require_free(port: int) -> None:
+    """Nothing may listen on `port` already: its answers would pass for our server's."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise ToksError(f"port {port} is in use by another program: choose another with --port") from None
+
+
 def start_server(uri: str, port: int) -> subprocess.Popen:
     """`mlflow server` on the store, one worker, jobs off; returns once it answers /health."""
+    require_free(port)
     environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--workers", "1", "--backend-store-uri", uri,
                                "--host", "127.0.0.1", "--port", str(port)], env=environment,
@@ -66,7 +84,8 @@ def start_server(uri: str, port: int) -> subprocess.Popen:
             raise ToksError(f"the MLflow server did not start: {last}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return server
+                if server.poll() is None:  # the answer came from our server, still running
+                    return server
         except OSError:
             time.sleep(0.5)
     server.terminate()
@@ -101,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     uri = tracking_uri()
     try:
+        require_store(uri)
         if args.check:
             return 0 if check(uri, args.screenshot) else 1
         experiment, _ = experiment_and_run(uri)
