@@ -66,8 +66,8 @@ def ablation_report(config: Config, run: StageRun) -> None:
     write_csv(OUT / "comparison.csv", comparison)
     save_figure(rebuttal_figure(curves), OUT / "rebuttal_tables.png")
     run.log_artifact(OUT / "rebuttal_tables.png", "figures")
-    one_step = read_json(require_output(seed_dir(results_dir("one_step", settings.multiclass), seeds[0])
-                                        / "metrics.json", "one_step"))
+    one_step = read_json(seed_dir(results_dir("one_step", settings.multiclass), seeds[0]) / "metrics.json",
+                         "one_step")
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
     write_text(OUT / "summary.md", _summary(config, variants, assessed, comparison, one_step))
     run.log_artifact(OUT / "summary.md")

@@ -104,7 +104,7 @@ def evaluate(config: Config, run: StageRun) -> None:
     embeddings = read_npz(step_folder / "embeddings.npz", producer="one_step")
     trajectory = read_npz(flow_folder / "trajectory.npz", producer="gradient_flow")
     history = pd.read_csv(require_output(flow_folder / "history.csv", "gradient_flow"))
-    one_step, gradient_flow = (read_json(require_output(folder / "metrics.json", stage)) for folder, stage in
+    one_step, gradient_flow = (read_json(folder / "metrics.json", stage) for folder, stage in
                                ((step_folder, "one_step"), (flow_folder, "gradient_flow")))
 
     views = binary_views if tokens.binary else multiclass_views

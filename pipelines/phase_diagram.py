@@ -26,7 +26,7 @@ from toksel.config import Config
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.errors import ToksError
-from toksel.io import read_json, require_output, write_csv, write_json
+from toksel.io import read_json, write_csv, write_json
 from toksel.paths import phase_cell_key, phase_row_dir, results_dir
 from toksel.plots import phase_heatmap, power_law_figure, save_figure
 from toksel.report import publish_summary
@@ -47,7 +47,7 @@ def read_grid(config: Config) -> pd.DataFrame:
     """The metrics of every cell of the configured grid (an error names the first missing cell)."""
     rows = []
     for d in config.phase.d:
-        row = read_json(require_output(phase_row_dir(d) / "metrics.json", producer=f"phase@{d}"))
+        row = read_json(phase_row_dir(d) / "metrics.json", producer=f"phase@{d}")
         for eta0 in config.phase.eta0:
             cell = row.get(phase_cell_key(eta0), {})
             first = config.base.seeds[0]

@@ -21,7 +21,7 @@ from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import word_tokens
 from toksel.data.vocabulary import UNKNOWN, Vocabulary
 from toksel.errors import ToksError
-from toksel.io import read_json, read_npz, require_output
+from toksel.io import read_json, read_npz
 from toksel.models.reading import Reading, read_sequence
 from toksel.readings import class_name
 
@@ -41,7 +41,7 @@ def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], 
     """The review's tokens (as the model sees them), the model's reading and the number of classes."""
     folder = model_folder(run)
     model = read_npz(folder / "model.npz", producer="train")
-    about = read_json(require_output(folder / "model.json", producer="train"), producer="train")
+    about = read_json(folder / "model.json", producer="train")
     if about.get("model") != "one_layer":
         raise ToksError(f"{folder} is a {about.get('model')} model: explain reads the one-layer model of the train "
                         "stage, whose tokens' scores and values are all it needs")

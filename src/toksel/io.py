@@ -190,8 +190,11 @@ def write_json(path: Path | str, data: dict[str, Any] | list[Any]) -> None:
 
 def damaged(path: Path | str, error: Exception, producer: str | None = None, why: str | None = None) -> ToksError:
     """The one-line error for a file a stage wrote that cannot be read back (truncated, overwritten, ...)."""
-    again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
-    return ToksError(f"{path} is damaged ({why or type(error).__name__}): {again}")
+    return ToksError(f"{path} is damaged ({why or type(error).__name__}): {_run_again(producer)}")
+
+
+def _run_again(producer: str | None) -> str:
+    return f"run the {producer} stage again" if producer else "run the stage that writes it again"
 
 
 def verify(path: Path | str, producer: str | None = None) -> None:
@@ -206,9 +209,8 @@ def verify(path: Path | str, producer: str | None = None) -> None:
     except (ValueError, AttributeError):
         return  # a damaged record: the next write of the folder replaces it
     if expected is not None and _digest(path) != expected:
-        again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
         raise ToksError(f"{path} has changed since its stage wrote it (its size or content differs from "
-                        f"{record}): {again}")
+                        f"{record}): {_run_again(producer)}")
 
 
 class Record(dict):
@@ -224,8 +226,12 @@ class Record(dict):
 
 
 def read_json(path: Path | str, producer: str | None = None) -> Any:
-    """A JSON file another stage (`producer`) wrote, checked against its folder's digests."""
-    verify(path, producer)
+    """A JSON file another stage (`producer`: then a missing file names it) wrote, checked against its folder's
+    digests."""
+    if producer is None:
+        verify(path)
+    else:
+        path = require_output(path, producer)  # which verifies it
     try:
         return json.loads(Path(path).read_text(), object_hook=lambda items: Record(items, path, producer))
     except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError

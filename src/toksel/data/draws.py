@@ -15,7 +15,7 @@ from pathlib import Path
 
 from toksel.config import DataConfig
 from toksel.errors import ToksError
-from toksel.io import read_json, require_output, write_json
+from toksel.io import read_json, write_json
 from toksel.paths import processed_dir
 
 SHARED = "all"  # the folder of a dataset used whole
@@ -45,8 +45,7 @@ def write_manifest(dataset: str, folders: dict[str, int | None], seeds: Sequence
 
 def data_dir(dataset: str, seed: int) -> Path:
     """The folder of the draw `seed` reads: its splits (train.npz, test.npz) and token table (tokens.csv)."""
-    manifest = read_json(require_output(processed_dir(dataset) / MANIFEST, producer=f"prepare@{dataset}"),
-                         producer=f"prepare@{dataset}")
+    manifest = read_json(processed_dir(dataset) / MANIFEST, producer=f"prepare@{dataset}")
     if not isinstance(manifest, dict) or str(seed) not in manifest:
         raise ToksError(f"{processed_dir(dataset)} holds no data for seed {seed}: run prepare again with this seed "
                         f"in base.seeds (dvc repro prepare@{dataset})")

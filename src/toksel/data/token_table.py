@@ -99,7 +99,7 @@ def read_token_table(path: Path) -> TokenTable:
         frame = pd.read_csv(path, keep_default_na=False, na_values=numbers)
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise damaged(path, error, "prepare") from None
-    declared = read_json(require_output(_classes_path(path), producer="prepare"), producer="prepare")
+    declared = read_json(_classes_path(path), producer="prepare")
     if not isinstance(declared, dict) or not isinstance(declared.get("num_classes"), int):
         raise damaged(_classes_path(path), KeyError("num_classes"), "prepare")
     return TokenTable(frame, declared["num_classes"])
