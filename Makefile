@@ -57,7 +57,8 @@ postgres:
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends postgresql; }
 
 # The team's MLflow server (http://127.0.0.1:$(TEAM_PORT)) on PostgreSQL, artifacts on local disk, all under .team/;
-# in the foreground: Ctrl-C stops both.
+# it asks for a login (the admin's in .team/credentials; `eval "$(python -m tools.team_server env)"` in the shell
+# that logs to it). In the foreground: Ctrl-C stops both.
 mlflow-server: $(STAMP) postgres
 	$(BIN)/python -m tools.team_server start --port $(TEAM_PORT)
 

@@ -1,11 +1,13 @@
-"""Team mode end to end: PostgreSQL and the MLflow server on loopback, a tiny pipeline logging to them, the runs
-read back over MLflow's REST API, then both processes stopped (MLflow by its PID, PostgreSQL by pg_ctl)."""
+"""Team mode end to end: PostgreSQL and the MLflow server on loopback, requests without the admin's login refused,
+a tiny pipeline logging to them with it, the runs read back over MLflow's REST API, then both processes stopped
+(MLflow by its PID, PostgreSQL by pg_ctl)."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -17,8 +19,10 @@ import pytest
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
 from tests.helpers import TINY
+from toksel import guarded, tracking
 from toksel.errors import ToksError
 from tools import team_server
+from tools.team_server import Credentials
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
 
@@ -59,23 +63,51 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _get(base: str, endpoint: str, **query: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{base}{endpoint}?{urllib.parse.urlencode(query)}", timeout=30) as answer:
-        return json.load(answer)
+def _headers(login: Credentials | None) -> dict[str, str]:
+    return {} if login is None else {"Authorization": login.header()}
 
 
-def _post(base: str, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(f"{base}{endpoint}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+def _get(base: str, endpoint: str, login: Credentials | None, **query: str) -> dict[str, Any]:
+    request = urllib.request.Request(f"{base}{endpoint}?{urllib.parse.urlencode(query)}", headers=_headers(login))
     with urllib.request.urlopen(request, timeout=30) as answer:
         return json.load(answer)
 
 
-def _check_runs_over_rest(base: str, folder: Path) -> None:
-    experiment = _get(base, "/api/2.0/mlflow/experiments/get-by-name", experiment_name="toksel")["experiment"]
+def _post(base: str, endpoint: str, body: dict[str, Any], login: Credentials | None) -> dict[str, Any]:
+    request = urllib.request.Request(f"{base}{endpoint}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **_headers(login)})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.load(answer)
+
+
+def _refused(call: Any, *args: Any, **query: str) -> bool:
+    """Whether the server answered the request with 401 (who are you?)."""
+    try:
+        call(*args, **query)
+    except urllib.error.HTTPError as error:
+        return error.code == 401
+    return False
+
+
+def _check_strangers_are_refused(base: str, admin: Credentials) -> None:
+    wrong = Credentials(admin.username, admin.password[::-1])
+    for login in None, wrong, Credentials("nobody", admin.password):
+        assert _refused(_post, base, "/api/2.0/mlflow/experiments/create", {"name": "intruder"}, login)
+        assert _refused(_post, base, "/api/2.0/mlflow/experiments/search", {"max_results": 10}, login)
+        assert _refused(_get, base, "/api/2.0/mlflow/experiments/get-by-name", login, experiment_name="Default")
+    assert not _refused(_get, base, "/api/2.0/mlflow/experiments/get-by-name", admin, experiment_name="Default")
+
+
+def _runs(base: str, admin: Credentials) -> list[dict[str, Any]]:
+    experiment = _get(base, "/api/2.0/mlflow/experiments/get-by-name", admin, experiment_name="toksel")["experiment"]
+    return _post(base, "/api/2.0/mlflow/runs/search",
+                 {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}, admin)["runs"]
+
+
+def _check_runs_over_rest(base: str, folder: Path, admin: Credentials) -> None:
+    experiment = _get(base, "/api/2.0/mlflow/experiments/get-by-name", admin, experiment_name="toksel")["experiment"]
     assert experiment["artifact_location"].startswith("mlflow-artifacts:")  # the server stores the artifacts
-    runs = _post(base, "/api/2.0/mlflow/runs/search",
-                 {"experiment_ids": [experiment["experiment_id"]], "max_results": 100})["runs"]
+    runs = _runs(base, admin)
     tags = {run["info"]["run_id"]: {tag["key"]: tag["value"] for tag in run["data"]["tags"]} for run in runs}
     parents = [run for run in runs if tags[run["info"]["run_id"]]["stage"] == "pipeline"]
     assert len(parents) == 1
@@ -91,7 +123,7 @@ def _check_runs_over_rest(base: str, folder: Path) -> None:
     assert 0 < flow_metrics["loss"] < 0.7 and flow_metrics["p_norm"] > 0
 
     evaluate_run = stage_runs["evaluate"]["info"]
-    listed = _get(base, "/api/2.0/mlflow/artifacts/list", run_id=evaluate_run["run_id"], path="figures")
+    listed = _get(base, "/api/2.0/mlflow/artifacts/list", admin, run_id=evaluate_run["run_id"], path="figures")
     figures = sorted(entry["path"] for entry in listed["files"])
     assert figures == ["figures/gradient_flow.png", "figures/one_step.png", "figures/token_scores.png"]
     # Uploaded through the server onto its local disk: <folder>/artifacts/<experiment>/<run>/artifacts/...
@@ -99,8 +131,16 @@ def _check_runs_over_rest(base: str, folder: Path) -> None:
     assert sorted(path.name for path in on_disk.iterdir()) == ["gradient_flow.png", "one_step.png", "token_scores.png"]
 
 
-def test_pipeline_logs_to_the_team_server_on_postgres_and_both_stop_by_pid(
-        postgres_installed: None, project: Path, team_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _exports(folder: Path, capsys: pytest.CaptureFixture) -> dict[str, str]:
+    capsys.readouterr()
+    assert team_server.main(["env", "--folder", str(folder)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    return dict(line.removeprefix("export ").split("=", 1) for line in lines)
+
+
+def test_pipeline_logs_to_the_team_server_on_postgres_with_a_login_and_both_stop_by_pid(
+        postgres_installed: None, project: Path, team_folder: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
     port, postgres_port = team_server.free_port(), team_server.free_port()
     server = team_server.start(team_folder, port=port, postgres_port=postgres_port, timeout=90)
     pids = [server.postgres.pid, server.mlflow.pid]
@@ -109,10 +149,34 @@ def test_pipeline_logs_to_the_team_server_on_postgres_and_both_stop_by_pid(
         assert team_server.read_state(team_folder) == server
         assert psutil.Process(server.postgres.pid).username() == ("postgres" if os.geteuid() == 0 else
                                                                   psutil.Process().username())
+        credentials = team_folder / team_server.CREDENTIALS_FILE
+        assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
+        admin = team_server.read_credentials(credentials)
+        assert admin.password not in (team_folder / team_server.AUTH_CONFIG_FILE).read_text()
+        _check_strangers_are_refused(server.tracking_uri, admin)
+
+        # A stage without the login: one warning, its results kept, nothing written to the server.
         monkeypatch.setenv("MLFLOW_TRACKING_URI", server.tracking_uri)
+        capsys.readouterr()
+        assert prepare.main(TINY) == 0
+        warning = capsys.readouterr().err
+        assert "error code 401" in warning and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in warning
+        assert list((project / ".toksel" / "pending").glob("*.jsonl"))
+        monkeypatch.setattr(tracking, "_stores", {})  # a stage is a process: the next opens the store afresh
+
+        exports = _exports(team_folder, capsys)  # what `eval "$(python -m tools.team_server env)"` sets
+        assert exports == {"MLFLOW_TRACKING_URI": server.tracking_uri, "MLFLOW_TRACKING_USERNAME": admin.username,
+                           "MLFLOW_TRACKING_PASSWORD": admin.password}
+        for name, value in exports.items():
+            monkeypatch.setenv(name, value)
         for module in STAGES.values():
             assert module.main(TINY) == 0
-        _check_runs_over_rest(server.tracking_uri, team_folder)
+        _check_runs_over_rest(server.tracking_uri, team_folder, admin)
+        # What the stage without the login kept reaches the server once the login is set.
+        assert len(guarded.upload()) == 1
+        runs = _runs(server.tracking_uri, admin)
+        stages = [tag["value"] for run in runs for tag in run["data"]["tags"] if tag["key"] == "stage"]
+        assert stages.count("prepare") == 2 and {run["info"]["status"] for run in runs} == {"FINISHED"}
         assert not (project / "mlflow.db").exists() and not (project / "mlartifacts").exists()
     finally:
         team_server.stop(server)
@@ -121,12 +185,32 @@ def test_pipeline_logs_to_the_team_server_on_postgres_and_both_stop_by_pid(
     assert team_server.read_state(team_folder) is None
     assert team_server.main(["status", "--folder", str(team_folder)]) == 1
 
+    # The credentials file is the truth: made anew, the next start gives the admin its password.
+    credentials.unlink()
+    server = team_server.start(team_folder, port=port, postgres_port=postgres_port, timeout=90)
+    try:
+        new_admin = team_server.read_credentials(credentials)
+        assert new_admin.password != admin.password
+        assert team_server.login_works(server.tracking_uri, new_admin)
+        assert not team_server.login_works(server.tracking_uri, admin)
+        assert len(_runs(server.tracking_uri, new_admin)) == len(runs)  # the runs are still there
+    finally:
+        team_server.stop(server)
+
 
 def test_cli_rejects_bad_input_with_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert team_server.main(["start", "--folder", str(tmp_path), "--port", "5001", "--postgres-port", "5001"]) == 2
     assert team_server.main(["start", "--folder", str(tmp_path), "--port", "70000"]) == 2
     (tmp_path / "server.json").write_text("{not json")
     assert team_server.main(["stop", "--folder", str(tmp_path)]) == 2
+    credentials = tmp_path / "own" / team_server.CREDENTIALS_FILE
+    team_server.admin_credentials(credentials.parent)
+    credentials.chmod(0o644)  # a password others may read is refused
+    assert team_server.main(["start", "--folder", str(credentials.parent), "--port", "1", "--postgres-port", "2"]) == 2
+    credentials.write_text("[mlflow]\nmlflow_tracking_username = admin\n")
+    credentials.chmod(0o600)
+    assert team_server.main(["start", "--folder", str(credentials.parent), "--port", "1", "--postgres-port", "2"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 3 and all(line.startswith("team_server: ") for line in errors)
+    assert len(errors) == 5 and all(line.startswith("team_server: ") for line in errors)
     assert "two ports" in errors[0] and "70000" in errors[1] and "server.json" in errors[2]
+    assert "others may read it (mode 644)" in errors[3] and "not a credentials file" in errors[4]

@@ -1,7 +1,7 @@
 """Team mode: an MLflow tracking server on PostgreSQL, with artifacts on local disk, both started and stopped here.
 
     python -m tools.team_server start [--folder .team] [--port 5001] [--postgres-port 5433] [--detach]
-    python -m tools.team_server status|stop [--folder .team]
+    python -m tools.team_server status|stop|env [--folder .team]
 
 PostgreSQL is started and stopped by its own `pg_ctl` (`-w`: it returns once the server accepts connections, or
 has shut down), the MLflow server by `mlflow server`; this module adds the cluster's first set-up, the role and
@@ -16,11 +16,22 @@ The embedded SQLite store suits one person; a team shares one server. Everything
     <folder>/artifacts/     the artifacts, which clients upload through the server (`mlflow-artifacts:/`)
     <folder>/mlflow.log     the MLflow server's output
     <folder>/server.json    the URI and both processes (PID and start time), for `status` and `stop`
+    <folder>/credentials    the admin's user name and password (mode 0600), made at the first start
+    <folder>/auth.ini       MLflow's authentication settings (no secret in it), written at every start
 
 PostgreSQL refuses to run as root: as root the cluster belongs to the `postgres` system user (which Debian's
 package creates) and the database runs as that user; otherwise everything runs as the caller. PostgreSQL
 listens on 127.0.0.1 only; the MLflow server logs in as the role `mlflow` with a password that is made afresh
 at every start and handed over in its environment (never on a command line, never on disk).
+
+The MLflow server is MLflow's own `basic-auth` app: every request but /health must carry a user name and
+password (HTTP basic authentication), or it is refused with 401. Its users live in a second database,
+`mlflow_auth`. The admin's password is generated at the first start and kept in <folder>/credentials, in the
+format of MLflow's own credentials file, readable by its owner only; `env` prints the three variables a client
+needs (`eval "$(python -m tools.team_server env)"`). That file is the truth: a start whose admin cannot log in
+with it (the file was deleted and made anew, or the password was changed through the API) sets the admin's
+password to the file's. Other users: the admin creates them through MLflow (its /signup page or
+`mlflow.server.auth.client.AuthServiceClient`); each logged-in user may read every experiment.
 
 `start` stays in the foreground and stops both on Ctrl-C or SIGTERM; `start --detach` returns once both
 answer and leaves them running until `stop`. Exit codes: 0 done, 1 a process failed to start or to stop,
@@ -30,14 +41,18 @@ answer and leaves them running until `stop`. Exit codes: 0 done, 1 a process fai
 from __future__ import annotations
 
 import argparse
+import base64
+import configparser
 import json
 import os
 import pwd
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -58,7 +73,11 @@ from toksel.processes import Process
 DEFAULT_PORT = 5001  # `make ui` serves the embedded store on 5000
 DEFAULT_POSTGRES_PORT = 5433  # beside, not on, the 5432 of a system-wide PostgreSQL
 DATABASE = "mlflow"
+AUTH_DATABASE = "mlflow_auth"  # the users and their permissions, beside the runs
 ROLE = "mlflow"
+ADMIN = "admin"
+CREDENTIALS_FILE = "credentials"
+AUTH_CONFIG_FILE = "auth.ini"
 SERVICE_USER = "postgres"  # who owns and runs the cluster when we are root
 STATE_FILE = "server.json"
 POSTGRES_BINARIES = ("initdb", "pg_ctl", "psql")
@@ -88,6 +107,51 @@ class PostgresBinaries:
     initdb: Path
     pg_ctl: Path
     psql: Path
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str
+
+    def header(self) -> str:
+        """The value of an HTTP Authorization header (basic authentication)."""
+        return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+
+
+def admin_credentials(folder: Path) -> Credentials:
+    """The admin's login from <folder>/credentials; the file is made, with a new password, if there is none."""
+    path = folder / CREDENTIALS_FILE
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        text = (f"[mlflow]\nmlflow_tracking_username = {ADMIN}\n"
+                f"mlflow_tracking_password = {secrets.token_urlsafe(24)}\n")
+        # O_EXCL with mode 0600: the password is never readable by others, not even for a moment.
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+            handle.write(text)
+    return read_credentials(path)
+
+
+def read_credentials(path: Path) -> Credentials:
+    """A credentials file in MLflow's format, refused when others may read it."""
+    if not path.is_file():
+        raise ToksError(f"no credentials file {path}: the next start makes one")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise ToksError(f"{path} holds the admin's password but others may read it (mode {mode:o}): "
+                        f"`chmod 600 {path}`, and choose a new password (delete the file) if it may have leaked")
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path)
+        section = parser["mlflow"]
+        username, password = section["mlflow_tracking_username"], section["mlflow_tracking_password"]
+    except (configparser.Error, KeyError, UnicodeDecodeError) as error:
+        raise ToksError(f"{path} is not a credentials file ([mlflow] with mlflow_tracking_username and "
+                        f"mlflow_tracking_password; {type(error).__name__}): delete it, the next start makes "
+                        "a new one") from None
+    if not username or len(password) < 12:
+        raise ToksError(f"{path}: MLflow wants a user name and a password of at least 12 characters")
+    return Credentials(username, password)
 
 
 def default_folder() -> Path:
@@ -230,13 +294,15 @@ def _stop_postgres(cluster: Path, timeout: float) -> None:
 
 
 def _prepare_database(binaries: PostgresBinaries, cluster: Path, port: int, run_as: _RunAs) -> str:
-    """The role and the database `mlflow` (created once), and a new password for the role; returns it."""
+    """The role and the databases of the runs and of the users (created once), and a new password for the role;
+    returns it."""
     password = secrets.token_hex(24)  # hex: nothing to quote in SQL
     script = "\n".join([
         f"SELECT 'CREATE ROLE {ROLE} LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') \\gexec",
         f"ALTER ROLE {ROLE} PASSWORD '{password}';",
-        f"SELECT 'CREATE DATABASE {DATABASE} OWNER {ROLE}' "
-        f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{DATABASE}') \\gexec",
+        *(f"SELECT 'CREATE DATABASE {database} OWNER {ROLE}' "
+          f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{database}') \\gexec"
+          for database in (DATABASE, AUTH_DATABASE)),
     ])
     # Over the unix socket in the cluster folder (peer authentication: the OS user is the superuser);
     # the script on stdin keeps the password off every command line.
@@ -259,17 +325,72 @@ def _wait_for_mlflow(port: int, process: subprocess.Popen, log: Path, timeout: f
                           f"{log}:\n{_log_tail(log)}")
 
 
-def _start_mlflow(port: int, postgres_port: int, password: str, artifacts: Path, log: Path,
+def _database_uri(postgres_port: int, database: str) -> str:
+    """Without the password: libpq takes it from PGPASSWORD."""
+    return f"postgresql+psycopg2://{ROLE}@127.0.0.1:{postgres_port}/{database}"
+
+
+def _write_auth_config(folder: Path, postgres_port: int) -> Path:
+    """MLflow's authentication settings: users in their own database, each logged-in user may read every run."""
+    path = folder / AUTH_CONFIG_FILE
+    path.write_text("[mlflow]\n"
+                    "default_permission = READ\n"
+                    f"database_uri = {_database_uri(postgres_port, AUTH_DATABASE)}\n"
+                    f"admin_username = {ADMIN}\n"
+                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                    # A password is checked by a slow hash on every request unless a success is remembered; with
+                    # one worker, a change through the API takes effect at once all the same.
+                    "auth_cache_ttl_seconds = 300\n")
+    return path
+
+
+def _start_mlflow(folder: Path, port: int, postgres_port: int, password: str, admin: Credentials,
                   timeout: float) -> subprocess.Popen:
-    store = f"postgresql+psycopg2://{ROLE}@127.0.0.1:{postgres_port}/{DATABASE}"
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
-               "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port),
+    command = [sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth",
+               "--backend-store-uri", _database_uri(postgres_port, DATABASE),
+               "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
                "--workers", "1"]
     # One worker and no job runner: 2 processes and about 490 MB instead of the defaults' 14 and 2.8 GB.
-    # libpq reads the password from PGPASSWORD: it stays out of `ps`.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PGPASSWORD": password}
+    # Secrets go in the environment, which `ps` does not show: libpq reads PGPASSWORD; the admin's password
+    # is used once, when the users' database has no admin yet; the key signs the sign-up form's CSRF token.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PGPASSWORD": password,
+           "MLFLOW_AUTH_CONFIG_PATH": str(_write_auth_config(folder, postgres_port)),
+           "MLFLOW_AUTH_ADMIN_USERNAME": admin.username, "MLFLOW_AUTH_ADMIN_PASSWORD": admin.password,
+           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}
+    log = folder / "mlflow.log"
     return _launch(command, log, lambda process: _wait_for_mlflow(port, process, log, timeout), signal.SIGTERM,
                    env=env)
+
+
+def login_works(tracking_uri: str, credentials: Credentials) -> bool:
+    """Whether the server takes `credentials`: it answers who the user is, or refuses with 401."""
+    request = urllib.request.Request(f"{tracking_uri}/api/2.0/mlflow/users/get?username={credentials.username}",
+                                     headers={"Authorization": credentials.header()})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status == 200
+    except urllib.error.HTTPError as error:
+        if error.code == 401:
+            return False
+        raise TeamServerError(f"the MLflow server answered a login with HTTP {error.code}: {error.reason}") from None
+
+
+def _make_admin_login(tracking_uri: str, postgres_port: int, password: str, admin: Credentials) -> None:
+    """Give the admin the password of the credentials file if the server does not take it (the file was made
+    anew, or the password changed through the API): the file is the truth."""
+    if login_works(tracking_uri, admin):
+        return
+    from mlflow.server.auth.sqlalchemy_store import SqlAlchemyStore  # 3 s of importing, only on this rare path
+
+    users = SqlAlchemyStore()
+    # The role's password in the URI, in this process only (SQLAlchemy hides it when it prints the URI).
+    users.init_db(_database_uri(postgres_port, AUTH_DATABASE).replace(f"{ROLE}@", f"{ROLE}:{password}@"))
+    try:
+        users.update_user(admin.username, password=admin.password, is_admin=True)
+    finally:
+        users.engine.dispose()
+    if not login_works(tracking_uri, admin):
+        raise TeamServerError("the MLflow server refuses the admin's login even after its password was set")
 
 
 def read_state(folder: Path) -> TeamServer | None:
@@ -294,6 +415,7 @@ def start(folder: Path | None = None, port: int = DEFAULT_PORT, postgres_port: i
             raise ToksError(f"{what} port {number} is not a TCP port (1-65535)")
     if port == postgres_port:
         raise ToksError(f"the MLflow server and PostgreSQL need two ports, both are {port}")
+    admin = admin_credentials(folder)
     binaries = find_postgres()
     run_as = _RunAs()
     previous = read_state(folder)
@@ -307,14 +429,19 @@ def start(folder: Path | None = None, port: int = DEFAULT_PORT, postgres_port: i
     cluster = folder / "postgres"
     _init_cluster(binaries, cluster, run_as)
     postgres_process = _start_postgres(binaries, cluster, postgres_port, folder / "postgres.log", run_as, timeout)
+    tracking_uri = f"http://127.0.0.1:{port}"
     try:
         password = _prepare_database(binaries, cluster, postgres_port, run_as)
-        mlflow = _start_mlflow(port, postgres_port, password, folder / "artifacts", folder / "mlflow.log", timeout)
+        mlflow = _start_mlflow(folder, port, postgres_port, password, admin, timeout)
     except BaseException:
         _stop_postgres(cluster, 30)
         raise
-    server = TeamServer(str(folder), f"http://127.0.0.1:{port}", port, postgres_port, postgres_process,
-                        Process.of(mlflow.pid))
+    server = TeamServer(str(folder), tracking_uri, port, postgres_port, postgres_process, Process.of(mlflow.pid))
+    try:
+        _make_admin_login(tracking_uri, postgres_port, password, admin)
+    except BaseException:
+        stop(server)
+        raise
     (folder / STATE_FILE).write_text(json.dumps(asdict(server), indent=2) + "\n")
     return server
 
@@ -397,9 +524,14 @@ def _wait_in_foreground(server: TeamServer) -> int:
         return 0
 
 
+def _folder_option(folder: Path) -> str:
+    return "" if folder == default_folder().resolve() else f" --folder {shlex.quote(str(folder))}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.team_server", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("start", "stop", "status"))
+    parser.add_argument("action", choices=("start", "stop", "status", "env"),
+                        help="env: print the variables a client needs, for eval")
     parser.add_argument("--folder", type=Path, default=None,
                         help="cluster, artifacts, logs and PIDs (default: .team in the project root)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"MLflow server port (default {DEFAULT_PORT})")
@@ -417,7 +549,9 @@ def main(argv: list[str] | None = None) -> int:
             server = start(folder, args.port, args.postgres_port, args.timeout)
             print(f"team_server: MLflow on PostgreSQL at {server.tracking_uri} (PIDs: MLflow {server.mlflow.pid}, "
                   f"PostgreSQL {server.postgres.pid} on port {server.postgres_port}; files in {folder})\n"
-                  f"  export MLFLOW_TRACKING_URI={server.tracking_uri}", flush=True)
+                  f"  it asks for a login: the admin's is in {folder / CREDENTIALS_FILE} (mode 0600)\n"
+                  f"  in a shell that logs to it: eval \"$(python -m tools.team_server env{_folder_option(folder)})\"",
+                  flush=True)
             if args.detach:
                 print(f"  stop it with: python -m tools.team_server stop --folder {folder}")
                 return 0
@@ -425,8 +559,15 @@ def main(argv: list[str] | None = None) -> int:
             return _wait_in_foreground(server)
         server = read_state(folder)
         if server is None:
-            print(f"team_server: no team server recorded in {folder}")
+            print(f"team_server: no team server recorded in {folder}",
+                  file=sys.stderr if args.action == "env" else sys.stdout)
             return 0 if args.action == "stop" else 1
+        if args.action == "env":
+            admin = read_credentials(folder / CREDENTIALS_FILE)
+            print(f"export MLFLOW_TRACKING_URI={server.tracking_uri}\n"
+                  f"export MLFLOW_TRACKING_USERNAME={shlex.quote(admin.username)}\n"
+                  f"export MLFLOW_TRACKING_PASSWORD={shlex.quote(admin.password)}")
+            return 0
         if args.action == "status":
             state = {True: "running", False: "not running"}
             print(f"team_server: {server.tracking_uri}: MLflow PID {server.mlflow.pid} "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -82,6 +83,8 @@ class GuardedStore(StoreCalls):
         self.pending = (PENDING / f"{os.getpid()}-{time.time_ns()}.jsonl").resolve()
         self._write({"uri": self.uri})
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        if re.search(r"error code (401|403)\b", reason):  # MLflow's words for a refused login
+            reason += " - the server asks who you are: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
         print(f"{self.who}: MLflow tracking at {self.uri} failed ({type(error).__name__}: {reason}); the stage goes "
               f"on and keeps its results in its files; what it could not log waits in {self.pending}: "
               "`python -m toksel.guarded upload` sends it", file=sys.stderr)

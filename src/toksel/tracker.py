@@ -149,8 +149,10 @@ class RemoteStore(StoreCalls):
 
 
 def socket_path(uri: str) -> Path:
-    """Where the companion of `uri` listens: short (a Unix socket's path is limited to about 100 bytes)."""
-    digest = hashlib.sha256(f"{PROTOCOL} {uri}".encode()).hexdigest()[:16]
+    """Where the companion of `uri` listens: short (a Unix socket's path is limited to about 100 bytes). The login
+    it was started with is part of the name: a stage never logs as someone else."""
+    login = f"{os.environ.get('MLFLOW_TRACKING_USERNAME')} {os.environ.get('MLFLOW_TRACKING_PASSWORD')}"
+    digest = hashlib.sha256(f"{PROTOCOL} {uri} {login}".encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"toksel-{os.getuid()}" / f"tracker-{digest}.sock"
 
 
