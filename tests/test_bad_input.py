@@ -231,3 +231,22 @@ def test_a_store_that_fails_midway_keeps_the_results_computed_before(project, ca
     assert prepare.main(TINY) == 0
     assert "failed (OSError: unable to open database file)" in capsys.readouterr().err
     assert (project / "data" / "processed" / "synthetic" / "seed0" / "tokens.csv").exists()
+
+
+def test_params_changed_while_a_stage_runs_stop_it_before_its_outputs_replace_the_old(prepared, capsys, monkeypatch):
+    """DVC records a stage's parameters from params.yaml as it ends: a stage whose file changed under it (an edit,
+    a second `dvc exp run`) hands over nothing, or the record would name parameters the outputs were not made with."""
+    assert gradient_flow.main(TINY) == 0
+    folder = prepared / "results" / "gradient_flow" / "synthetic" / "seed0"
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    write_csv = gradient_flow.write_csv
+
+    def edit_params_then_write(*args, **kwargs):
+        params = prepared / "params.yaml"
+        params.write_text(params.read_text().replace("horizon: 1.0e+10", "horizon: 2.0e+3", 1))
+        return write_csv(*args, **kwargs)
+
+    monkeypatch.setattr("pipelines.gradient_flow.write_csv", edit_params_then_write)
+    assert gradient_flow.main([*TINY, "gradient_flow.horizon=5e3"]) == 2
+    assert "params.yaml changed while this stage ran" in _one_line(capsys, "gradient_flow")
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before

@@ -17,17 +17,19 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from toksel.config import Config, describe, load_config
+from toksel.config import Config, describe, load_config, read_config
 from toksel.distributed import WorkerFinished, is_worker
 from toksel.errors import Terminated, ToksError
 from toksel.io import outputs_together, recover_outputs, write_json
 from toksel.known_warnings import silence_known_warnings
 from toksel.tracking import StageRun, gathered_metrics, stage_run
+from toksel.workspace import check_experiment_alone, check_params_unchanged
 
 # A full disk, a quota, a read-only or forbidden folder, a file-size limit (ulimit -f): the machine's fault, told in
 # one line, not a traceback.
 OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG}
 
+PARAMS = Path("params.yaml")  # what load_config reads: DVC runs every stage in the project root
 StageBody = Callable[[Config, StageRun], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
 Seeds = Callable[[Config], list[int]]  # the seeds a stage runs, if not all of base.seeds
@@ -104,7 +106,14 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
     try:
         if from_command_line:
             _stop_with_parent()
-        config = load_config(argv)
+        read = read_config(argv)
+        config = read.config
+        check_experiment_alone()
+
+        def check_workspace() -> None:  # at the end, before the outputs replace the old ones
+            check_params_unchanged(PARAMS, read.params_digest)
+            check_experiment_alone()
+
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
                             "set base.seeds=[<seed>] instead of seed=")
@@ -116,10 +125,12 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
             with stage_run(stage, config, sections, seeded, dataset_input=told_dataset(argv)) as run, \
                     outputs_together():
                 body(config, run)
+                check_workspace()
         else:
             with outputs_together():
                 _every_seed(stage, sections, config, body, every_seed(config), told_dataset(argv),
                             seeds(config) if seeds is not None else config.base.seeds)
+                check_workspace()
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:

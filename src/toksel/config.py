@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import math
 import re
@@ -422,22 +423,22 @@ def _check_folder_numbers(params: Any, path: Path) -> None:
 MAX_ALIASES = 100  # params.yaml uses none; a few hundred nested aliases expand to gigabytes (a "billion laughs")
 
 
-def _check_aliases(path: Path) -> None:
+def _check_aliases(path: Path, text: str) -> None:
     """Refuse a file with more than MAX_ALIASES YAML aliases, counted in the parser's events (which cost what the
     text does) before anything expands them."""
-    with open(path, encoding="utf-8") as handle:
-        aliases = sum(isinstance(event, yaml.AliasEvent) for event in yaml.parse(handle, Loader=yaml.SafeLoader))
+    aliases = sum(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader))
     if aliases > MAX_ALIASES:
         raise ToksError(f"config error: {path} has {aliases} YAML aliases (*name), more than the {MAX_ALIASES} "
                         "allowed: write the values out")
 
 
-def _read_params(path: Path) -> Any:
-    """params.yaml as an OmegaConf node; one line for a file that is not UTF-8, not YAML, repeats a key or is
-    not a mapping."""
+def _read_params(path: Path) -> tuple[Any, str]:
+    """params.yaml as an OmegaConf node, and the digest of the values in it (what DVC records: comments and
+    layout aside); one line for a file that is not UTF-8, not YAML, repeats a key or is not a mapping."""
     try:
-        _check_aliases(path)
-        params = OmegaConf.load(path)
+        text = path.read_bytes().decode("utf-8")
+        _check_aliases(path, text)
+        params = OmegaConf.load(io.StringIO(text))
     except UnicodeDecodeError as error:
         raise ToksError(f"config error: {path} is not UTF-8 text (byte {error.start})") from None
     except yaml.YAMLError as error:
@@ -449,7 +450,13 @@ def _read_params(path: Path) -> Any:
         raise ToksError(f"config error: {path}: {str(error).splitlines()[0]}") from None
     if not isinstance(params, DictConfig):
         raise ToksError(f"config error: {path} must be a mapping of sections, not a list")
-    return params
+    values = json.dumps(OmegaConf.to_container(params, resolve=False), sort_keys=True, default=str)
+    return params, hashlib.sha256(values.encode()).hexdigest()
+
+
+def params_digest(path: Path | str = "params.yaml") -> str:
+    """The digest of the values `path` holds now, as read_config took it."""
+    return _read_params(Path(path))[1]
 
 
 @functools.cache
@@ -490,19 +497,30 @@ def _dataset_layer(datasets: Any, name: str) -> Any:
     return OmegaConf.create({section: entry[section] or {} for section in DATASET_SECTIONS})
 
 
+@dataclass(frozen=True)
+class ReadConfig:
+    config: Config
+    params_digest: str  # of the values in the params file the config was made from
+
+
 def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> Config:
     """Read `path`, apply the chosen dataset's overrides, then the `key=value` overrides, and validate.
 
     Every dataset entry is validated too, so a typo anywhere in params.yaml is caught on the first run.
     Raises ToksError naming the offending key.
     """
+    return read_config(overrides, path).config
+
+
+def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> ReadConfig:
+    """load_config, with the digest of the values it read: a stage checks at its end that the file still holds them."""
     path = Path(path)
     if not path.exists():
         raise ToksError(f"config error: {path} not found: run from the project root")
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ToksError(f"config error: override {item!r} is not of the form key=value")
-    params = _read_params(path)
+    params, digest = _read_params(path)
     _check_folder_numbers(params, path)
     try:
         command_line = OmegaConf.from_dotlist(list(overrides))
@@ -512,7 +530,7 @@ def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     shared = OmegaConf.masked_copy(params, [key for key in params if key != "datasets"])
     for name in first.datasets:
         _resolve([shared, _dataset_layer(first.datasets, name)], prefix=f"datasets.{name}.")
-    return _resolve([params, _dataset_layer(first.datasets, first.dataset), command_line])
+    return ReadConfig(_resolve([params, _dataset_layer(first.datasets, first.dataset), command_line]), digest)
 
 
 def describe(config: Config, sections: Iterable[str]) -> list[str]:

@@ -1,0 +1,113 @@
+"""A stage's results belong to the parameters it read: nothing may change the workspace under a running stage.
+
+DVC records a stage's parameters when the stage ends, by reading params.yaml again. Two things can make that
+record lie, and both are refused here with one line (exit 2) before the stage's outputs replace the old ones:
+
+- params.yaml changed while the stage ran (an edit; a second `dvc exp run`, which writes its parameters into
+  the workspace before it finds the first one's lock): the values in the file no longer match those the
+  stage read (a comment or the layout may change).
+- A second `dvc exp run` started in a workspace where one already runs. DVC (3.x) lets it rewrite the
+  running experiment's records (its git refs, and `.dvc/tmp/exps/run/workspace/`: the experiment's name and
+  DVC's PID) and its parameters before anything of ours runs; the first experiment's later stages would then
+  run with the second's parameters under the first's name. So the first stage of an experiment in the
+  workspace claims it (`.dvc/tmp/toksel-experiment.json`: the DVC process that runs it); a stage of another
+  experiment, while that process lives, stops; and a stage whose experiment's records now name another one
+  stops too. Queued experiments (`dvc exp run --queue`, then `dvc queue start`) run in folders of their own
+  and are not concerned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+
+from toksel.config import params_digest
+from toksel.errors import ToksError
+
+CLAIM = Path(".dvc") / "tmp" / "toksel-experiment.json"
+DVC_RUN = Path(".dvc") / "tmp" / "exps" / "run" / "workspace"  # DVC's record of the experiment in the workspace
+ONE_AT_A_TIME = ("run experiments in one workspace one after the other, or queue them (`dvc exp run --queue "
+                 "-S ...`, then `dvc queue start`)")
+
+
+def check_params_unchanged(path: Path, digest_read: str) -> None:
+    """The parameters file still holds the values the stage read (else DVC would record other parameters)."""
+    try:
+        unchanged = params_digest(path) == digest_read
+    except (ToksError, OSError):  # gone, or no longer YAML
+        unchanged = False
+    if not unchanged:
+        raise ToksError(f"{path} changed while this stage ran (an edit, or another `dvc exp run` in this "
+                        "workspace): its outputs are not replaced; run it again")
+
+
+def _workspace_experiment() -> str | None:
+    """The name of the DVC experiment this stage runs in, if it runs in the workspace itself (not in a queued
+    experiment's own folder under .dvc/tmp/exps)."""
+    name = os.environ.get("DVC_EXP_NAME")
+    root = os.environ.get("DVC_ROOT")
+    if not name or not root or Path(root).resolve() != Path.cwd().resolve():
+        return None
+    return name
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except (psutil.Error, ValueError):
+        return None
+
+
+def _dvc_record() -> tuple[str | None, int | None]:
+    """The experiment DVC says runs in the workspace, and the PID of the DVC process running it."""
+    try:
+        name = json.loads((DVC_RUN / "workspace.run").read_text()).get("name")
+        pid = json.loads((DVC_RUN / "workspace.json").read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    return name, pid if isinstance(pid, int) else None
+
+
+def check_experiment_alone() -> None:
+    """Inside `dvc exp run` in the workspace: this experiment is the only one there (see the module's notes)."""
+    name = _workspace_experiment()
+    if name is None:
+        return
+    recorded_name, dvc_pid = _dvc_record()
+    ancestors = {parent.pid for parent in psutil.Process().parents()}
+    if recorded_name != name or dvc_pid not in ancestors:
+        other = f"experiment {recorded_name!r}" if recorded_name and recorded_name != name else "another experiment"
+        raise ToksError(f"{other} was started in this workspace while experiment {name!r} ran, and DVC let it "
+                        f"rewrite {name!r}'s records (params.yaml may hold its parameters now): {name!r} stops "
+                        f"here, before this stage's outputs; {ONE_AT_A_TIME}")
+    dvc = psutil.Process(dvc_pid)
+    ours = {"name": name, "pid": dvc_pid, "started": dvc.create_time()}
+    claim = _read_claim()
+    if claim is not None and claim.get("name") != name and _alive(claim):
+        raise ToksError(f"experiment {claim.get('name')!r} is running in this workspace (DVC PID {claim.get('pid')}):"
+                        f" experiment {name!r} stops; {ONE_AT_A_TIME}")
+    if claim != ours:
+        CLAIM.parent.mkdir(parents=True, exist_ok=True)
+        partial = CLAIM.with_name(f"{CLAIM.name}.{os.getpid()}")
+        partial.write_text(json.dumps(ours))
+        partial.replace(CLAIM)
+
+
+def _read_claim() -> dict | None:
+    try:
+        claim = json.loads(CLAIM.read_text())
+    except (OSError, ValueError):
+        return None
+    return claim if isinstance(claim, dict) else None
+
+
+def _alive(claim: dict) -> bool:
+    """Whether the DVC process of a claim still runs (the same process: its PID may have been reused)."""
+    process = _process(claim.get("pid")) if isinstance(claim.get("pid"), int) else None
+    try:
+        return process is not None and abs(process.create_time() - float(claim.get("started", 0))) < 0.01
+    except (psutil.Error, TypeError, ValueError):
+        return False
