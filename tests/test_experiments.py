@@ -56,6 +56,11 @@ def test_a_second_experiment_stops_while_the_first_ones_dvc_runs(project, in_exp
         assert f"experiment 'first' is running in this workspace (DVC PID {first_dvc.pid})" in line
         assert "experiment 'second' stops" in line and "dvc queue start" in line
         assert not (project / "data").exists()  # nothing written
+        # The same name does not make it the same experiment: the claim's DVC process does.
+        claim = {"name": "second", "pid": first_dvc.pid, "started": started}
+        (project / workspace.CLAIM).write_text(json.dumps(claim))
+        assert prepare.main(TINY) == 2
+        assert "experiment 'second' is running in this workspace" in _one_line(capsys)
     finally:
         first_dvc.kill()
         first_dvc.wait()

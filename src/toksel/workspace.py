@@ -54,13 +54,6 @@ def _workspace_experiment() -> str | None:
     return name
 
 
-def _process(pid: int) -> psutil.Process | None:
-    try:
-        return psutil.Process(pid)
-    except (psutil.Error, ValueError):
-        return None
-
-
 def _dvc_record() -> tuple[str | None, int | None]:
     """The experiment DVC says runs in the workspace, and the PID of the DVC process running it."""
     try:
@@ -83,10 +76,10 @@ def check_experiment_alone() -> None:
         raise ToksError(f"{other} was started in this workspace while experiment {name!r} ran, and DVC let it "
                         f"rewrite {name!r}'s records (params.yaml may hold its parameters now): {name!r} stops "
                         f"here, before this stage's outputs; {ONE_AT_A_TIME}")
-    dvc = psutil.Process(dvc_pid)
-    ours = {"name": name, "pid": dvc_pid, "started": dvc.create_time()}
+    ours = {"name": name, "pid": dvc_pid, "started": psutil.Process(dvc_pid).create_time()}
     claim = _read_claim()
-    if claim is not None and claim.get("name") != name and _alive(claim):
+    # Told apart by their DVC processes, not their names: `dvc exp run -n same` twice is two experiments too.
+    if claim is not None and _dvc_process(claim) != _dvc_process(ours) and _alive(claim):
         raise ToksError(f"experiment {claim.get('name')!r} is running in this workspace (DVC PID {claim.get('pid')}):"
                         f" experiment {name!r} stops; {ONE_AT_A_TIME}")
     if claim != ours:
@@ -104,10 +97,13 @@ def _read_claim() -> dict | None:
     return claim if isinstance(claim, dict) else None
 
 
+def _dvc_process(claim: dict) -> tuple[object, object]:
+    return claim.get("pid"), claim.get("started")
+
+
 def _alive(claim: dict) -> bool:
-    """Whether the DVC process of a claim still runs (the same process: its PID may have been reused)."""
-    process = _process(claim.get("pid")) if isinstance(claim.get("pid"), int) else None
+    """Whether the DVC process of a claim still runs (the same process: its PID may have been reused since)."""
     try:
-        return process is not None and abs(process.create_time() - float(claim.get("started", 0))) < 0.01
-    except (psutil.Error, TypeError, ValueError):
+        return abs(psutil.Process(int(claim["pid"])).create_time() - float(claim["started"])) < 0.01
+    except (psutil.Error, KeyError, TypeError, ValueError):
         return False
