@@ -20,7 +20,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # REPRO_FLAGS: e.g. --pull --allow-missing, to take what a DVC remote already holds instead of recomputing it.
+# A dvc.lock that a kill cut while DVC wrote it is mended first (tools/heal_lock.py), or DVC would refuse to start.
 repro: $(STAMP)
+	$(BIN)/python -m tools.heal_lock
 	$(BIN)/dvc repro $(REPRO_FLAGS)
 
 # The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline), which

@@ -1,13 +1,15 @@
 """`dvc repro` on a copy of the project: the DAG, its caching, and the MLflow nesting across processes."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.helpers import dvc, run_dvc, stages_run, stages_stale
+from tests.helpers import ROOT, dvc, dvc_environment, run_dvc, stages_run, stages_stale
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +53,18 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
 
     assert stages_run(dvc(dvc_project, "repro")) == []  # nothing changed
 
+    # A kill while DVC rewrites dvc.lock (after the last stage) cuts the file, and DVC refuses to start;
+    # heal_lock, make repro's first step, puts back the copy the last stage took as it started.
+    lock = dvc_project / "dvc.lock"
+    whole = lock.read_bytes()
+    lock.write_bytes(whole[: whole.index(b"hash:", len(whole) // 2) + len(b"hash:")])
+    assert "validation failed" in run_dvc(dvc_project, "status").stderr
+    healed = subprocess.run([sys.executable, "-m", "tools.heal_lock"], cwd=dvc_project, capture_output=True,
+                            text=True, env={**dvc_environment(), "PYTHONPATH": str(ROOT)})
+    assert healed.returncode == 0 and "dvc.lock was cut" in healed.stderr
+    assert stages_run(dvc(dvc_project, "repro")) == ["report"]  # the stage whose record the copy lacked
+    assert stages_run(dvc(dvc_project, "repro")) == []
+
     params = OmegaConf.load(dvc_project / "params.yaml")
     params.gradient_flow.horizon = 5.0e3
     OmegaConf.save(params, dvc_project / "params.yaml")
@@ -59,7 +73,8 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     # The calibration follows the flow's settings too.
     rerun = ["gradient_flow", "evaluate", "compare", "calibrate", *theory]
     assert sorted(stages_run(second)) == sorted(["check_params", *rerun])
-    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([sorted(rerun), every_stage])
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([sorted(rerun), every_stage,
+                                                                                ["report"]])  # after the heal
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("5000,")  # the last record: the new horizon
 

@@ -23,7 +23,7 @@ from toksel.errors import Terminated, ToksError
 from toksel.io import outputs_together, recover_outputs, write_json
 from toksel.known_warnings import silence_known_warnings
 from toksel.tracking import StageRun, gathered_metrics, stage_run
-from toksel.workspace import check_experiment_alone, check_params_unchanged
+from toksel.workspace import check_experiment_alone, check_params_unchanged, keep_lock_copy
 
 # A full disk, a quota, a read-only or forbidden folder, a file-size limit (ulimit -f): the machine's fault, told in
 # one line, not a traceback.
@@ -106,6 +106,8 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
     try:
         if from_command_line:
             _stop_with_parent()
+            if not is_worker():
+                keep_lock_copy()
         read = read_config(argv)
         config = read.config
         check_experiment_alone()

@@ -1,4 +1,5 @@
-"""A stage's results belong to the parameters it read: nothing may change the workspace under a running stage.
+"""A stage's results belong to the parameters it read: nothing may change the workspace under a running stage;
+and DVC's own record, dvc.lock, survives a kill.
 
 DVC records a stage's parameters when the stage ends, by reading params.yaml again. Two things can make that
 record lie, and both are refused here with one line (exit 2) before the stage's outputs replace the old ones:
@@ -27,10 +28,25 @@ import psutil
 from toksel.config import params_digest
 from toksel.errors import ToksError
 
+LOCK = Path("dvc.lock")
+LOCK_COPY = Path(".dvc") / "tmp" / "toksel-dvc.lock"  # dvc.lock as it was when DVC started the last stage
 CLAIM = Path(".dvc") / "tmp" / "toksel-experiment.json"
 DVC_RUN = Path(".dvc") / "tmp" / "exps" / "run" / "workspace"  # DVC's record of the experiment in the workspace
 ONE_AT_A_TIME = ("run experiments in one workspace one after the other, or queue them (`dvc exp run --queue "
                  "-S ...`, then `dvc queue start`)")
+
+
+def keep_lock_copy() -> None:
+    """Under DVC, copy dvc.lock as the stage starts. DVC rewrites the file in place after every stage (open, then
+    about 0.4 s of writing for this pipeline's); a kill in that window leaves it cut, and every later `dvc repro`
+    refuses to start. At a stage's start the file is whole: DVC wrote it before it started the stage.
+    `python -m tools.heal_lock` (which `make repro` runs first) puts this copy back in place of a cut file."""
+    if not os.environ.get("DVC_STAGE") or not LOCK.is_file():
+        return
+    LOCK_COPY.parent.mkdir(parents=True, exist_ok=True)
+    partial = LOCK_COPY.with_name(f"{LOCK_COPY.name}.{os.getpid()}")
+    partial.write_bytes(LOCK.read_bytes())
+    partial.replace(LOCK_COPY)
 
 
 def check_params_unchanged(path: Path, digest_read: str) -> None:
