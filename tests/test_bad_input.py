@@ -3,6 +3,7 @@ names that would leave the project or reach a shell, numbers that name folders, 
 damaged files between stages."""
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -102,6 +103,23 @@ def test_a_file_changed_since_its_stage_wrote_it_is_refused_by_the_next(prepared
     change(prepared / name)
     assert stage.main(TINY) == 2
     assert f"{Path(name).name} has changed since its stage wrote it" in _one_line(capsys, stage.__name__.split(".")[-1])
+
+
+def test_a_file_dvc_put_back_from_its_cache_is_read_though_the_record_is_of_another_run(prepared, capsys):
+    """A stage restored from DVC's run cache gets the files of the run DVC cached, while its folder's record (not a
+    declared output) is the last run's: the bytes in DVC's cache are what make it the stage's file."""
+    assert gradient_flow.main(TINY) == 0
+    metrics = prepared / "results" / "one_step" / "synthetic" / "seed0" / "metrics.json"
+    another_run = metrics.read_text().replace('"peak_memory_mb": ', '"peak_memory_mb": 1', 1)  # another run's
+    assert another_run != metrics.read_text()
+    metrics.write_text(another_run)
+    assert evaluate.main(TINY) == 2  # in no cache: refused
+    assert "metrics.json has changed since its stage wrote it" in _one_line(capsys, "evaluate")
+    md5 = hashlib.md5(another_run.encode()).hexdigest()
+    cached = prepared / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+    cached.parent.mkdir(parents=True)
+    cached.write_text(another_run)
+    assert evaluate.main(TINY) == 0
 
 
 def test_a_file_that_lacks_what_its_reader_needs_names_it_in_one_line(prepared, capsys):

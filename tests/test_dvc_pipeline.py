@@ -1,5 +1,6 @@
 """`dvc repro` on a copy of the project: the DAG, its caching, and the MLflow nesting across processes."""
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.helpers import ROOT, dvc, dvc_environment, run_dvc, stages_run, stages_stale
+from toksel.io import write_json
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +55,18 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
 
     assert stages_run(dvc(dvc_project, "repro")) == []  # nothing changed
 
+    params = OmegaConf.load(dvc_project / "params.yaml")
+    params.gradient_flow.horizon = 5.0e3
+    OmegaConf.save(params, dvc_project / "params.yaml")
+    second = dvc(dvc_project, "repro")
+    # The phase row runs GD too; compare reads the flow for the theory protocol.
+    # The calibration follows the flow's settings too.
+    rerun = ["gradient_flow", "evaluate", "compare", "calibrate", *theory]
+    assert sorted(stages_run(second)) == sorted(["check_params", *rerun])
+    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([sorted(rerun), every_stage])
+    history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
+    assert history.strip().splitlines()[-1].startswith("5000,")  # the last record: the new horizon
+
     # A kill while DVC rewrites dvc.lock (after the last stage) cuts the file, and DVC refuses to start;
     # heal_lock, make repro's first step, puts back the copy the last stage took as it started.
     lock = dvc_project / "dvc.lock"
@@ -65,18 +79,18 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     assert stages_run(dvc(dvc_project, "repro")) == ["report"]  # the stage whose record the copy lacked
     assert stages_run(dvc(dvc_project, "repro")) == []
 
-    params = OmegaConf.load(dvc_project / "params.yaml")
-    params.gradient_flow.horizon = 5.0e3
-    OmegaConf.save(params, dvc_project / "params.yaml")
-    second = dvc(dvc_project, "repro")
-    # The phase row runs GD too; compare reads the flow for the theory protocol.
-    # The calibration follows the flow's settings too.
-    rerun = ["gradient_flow", "evaluate", "compare", "calibrate", *theory]
-    assert sorted(stages_run(second)) == sorted(["check_params", *rerun])
-    assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([sorted(rerun), every_stage,
-                                                                                ["report"]])  # after the heal
-    history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
-    assert history.strip().splitlines()[-1].startswith("5000,")  # the last record: the new horizon
+    # A stage that ran again (another peak memory) but was killed before DVC recorded it is restored from DVC's
+    # run cache: the cached run's metrics.json beside the last run's digest record. Its readers take it.
+    row = dvc_project / "results" / "phase" / "d256" / "metrics.json"
+    again = json.loads(row.read_text())
+    again["peak_memory_mb"] += 1.0
+    write_json(row, again)  # as the stage writes it: the folder's record follows
+    restored = dvc(dvc_project, "repro")  # exit 0, though a later stage may read the row
+    assert "Stage 'phase@256' is cached - skipping run, checking out outputs" in restored
+    record = json.loads((row.parent / ".digests.json").read_text())["metrics.json"]
+    assert json.loads(row.read_text()) != again and record[1] != hashlib.sha256(row.read_bytes()).hexdigest()
+    assert stages_run(dvc(dvc_project, "repro", "--single-item", "--force", "phase_diagram")) == ["phase_diagram"]
+    dvc(dvc_project, "repro")  # what read phase_diagram's new outputs
 
     # Which stages read a section: `dvc status` names them without running them (the re-run of their
     # descendants is DVC's own, shown above), which keeps this test inside the time budget of `make test`.

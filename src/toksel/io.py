@@ -8,7 +8,8 @@ the temporary files of processes that are gone.
 Every file written here is recorded with its size and SHA-256 in its folder's `.digests.json`, in the same
 commit. A stage reads another's output through `require_output` (or read_json, read_npz), which checks the file
 against that record: a file changed after its stage wrote it (truncated, edited, replaced) is refused with one
-line naming the stage to run again, instead of being read as plausible input. A JSON object or npz read here
+line naming the stage to run again, instead of being read as plausible input (unless DVC's cache holds its exact
+bytes: DVC put it back, from a run whose record the folder no longer holds). A JSON object or npz read here
 names its file and the stage to rerun when a key it lacks is asked for.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from toksel.errors import ToksError
+from toksel.paths import project_root
 
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # .<name>.tmp-<pid>, next to <name>
 DIGESTS = ".digests.json"  # in each folder written: {file name: [size, sha256]}
@@ -208,9 +210,19 @@ def verify(path: Path | str, producer: str | None = None) -> None:
         expected = json.loads(record.read_text()).get(path.name)
     except (ValueError, AttributeError):
         return  # a damaged record: the next write of the folder replaces it
-    if expected is not None and _digest(path) != expected:
+    if expected is not None and _digest(path) != expected and not _held_by_dvc(path):
         raise ToksError(f"{path} has changed since its stage wrote it (its size or content differs from "
                         f"{record}): {_run_again(producer)}")
+
+
+def _held_by_dvc(path: Path) -> bool:
+    """Whether DVC's cache holds these exact bytes: then DVC put the file here (a checkout, or a stage restored from
+    its run cache), and it is one its stage wrote, though the folder's record may be of another run (the record is
+    not a declared output, and a run's timings change the files it describes). A file cut or edited by hand is in
+    no cache. DVC 3 names a cached file by the MD5 of its bytes, in the project's default cache."""
+    with open(path, "rb") as handle:
+        md5 = hashlib.file_digest(handle, "md5").hexdigest()
+    return (project_root() / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]).is_file()
 
 
 class Record(dict):
