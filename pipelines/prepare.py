@@ -26,7 +26,7 @@ def prepare(config: Config, run: StageRun) -> None:
     for name, seed in folders.items():
         generator_seed = draw_seed(config.base.data_seed, seed)
         if config.data.source == "synthetic":
-            prepared = prepare_synthetic(config.data, generator_seed)
+            prepared = prepare_synthetic(config.data.synthetic, generator_seed)
         else:
             prepared = prepare_text(config.dataset, config.data, generator_seed)
         out = processed_dir(config.dataset) / name

@@ -41,6 +41,8 @@ PARAMS_DAMAGE = [
     ("a row's d written as a float", lambda text: text.replace("  d: [128, 256,", "  d: [128.0, 256,"),
      "write each d as a plain integer"),
     ("one eta0 twice", lambda text: text.replace("  eta0: [10, 20,", "  eta0: [10, 10.0,"), "distinct values"),
+    ("a key missing", lambda text: text.replace("  min_count: 1\n", "", 1),
+     "data.min_count has no value: params.yaml holds every setting"),
 ]
 
 

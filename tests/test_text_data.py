@@ -1,5 +1,6 @@
 """Real-text data: sources (offline mirror), tokenizers, vocabulary, subsampling, and prepare's bad input."""
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipelines import prepare
-from toksel.config import DataConfig
+from tests.helpers import ROOT
+from toksel.config import DataConfig, load_config
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import average_signed_frequency, class_signed_frequency
 from toksel.data.sources import balanced_subsample, load_text_split
@@ -25,6 +27,11 @@ TRAIN = pd.DataFrame({
 })
 TEST = pd.DataFrame({"text": ["great unseenword", "awful dull"], "label": [1, 0]})
 THREE_TEST = pd.DataFrame({"text": ["great unseenword", "awful dull", "dull fun"], "label": [2, 0, 1]})
+
+
+def _hub_data(**changes: object) -> DataConfig:
+    """imdb's data settings from params.yaml, with `changes`: the schema holds no values of its own."""
+    return dataclasses.replace(load_config(["dataset=imdb"], ROOT / "params.yaml").data, **changes)
 
 
 def write_mirror(folder, name="tiny", train=TRAIN, test=TEST):
@@ -181,7 +188,7 @@ def test_the_hub_path_fails_clearly_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(ToksError, match="could not load 'stanfordnlp/imdb'.*TOKSEL_DATA_MIRROR"):
-        load_text_split("imdb", DataConfig(source="hub", hub_id="stanfordnlp/imdb"), "train")
+        load_text_split("imdb", _hub_data(), "train")
 
 
 def test_a_text_dataset_runs_through_every_stage(mirror_project):
@@ -260,18 +267,17 @@ def test_labels_keep_the_chosen_source_classes_renumbered_in_their_order(project
     stars = pd.DataFrame({"text": [f"review {i}" for i in range(10)], "label": [0, 1, 2, 3, 4, 4, 3, 2, 1, 0]})
     write_mirror(project / "mirror", name="stars", train=stars, test=stars)
     monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(project / "mirror"))
-    data = DataConfig(source="hub", hub_id="example/stars", labels=[0, 1, 3, 4], num_classes=4)
+    data = _hub_data(hub_id="example/stars", labels=[0, 1, 3, 4], num_classes=4)
     split = load_text_split("stars4", data, "train")
     assert split.texts == ["review 0", "review 1", "review 3", "review 4", "review 5", "review 6", "review 8",
                            "review 9"]  # the 3-star rows (label 2) are left out
     assert split.labels.tolist() == [0, 1, 2, 3, 3, 2, 1, 0]
     with pytest.raises(ToksError, match=r"data.labels names \[7\]"):
-        load_text_split("stars4", DataConfig(source="hub", hub_id="example/stars", labels=[0, 1, 3, 7],
-                                             num_classes=4), "train")
+        load_text_split("stars4", _hub_data(hub_id="example/stars", labels=[0, 1, 3, 7], num_classes=4),
+                        "train")
 
 
 def test_labels_must_name_num_classes_distinct_labels(project):
-    from toksel.config import load_config
 
     with pytest.raises(ToksError, match="must list data.num_classes = 4 distinct"):
         load_config(["data.labels=[0,1,1,4]", "data.num_classes=4"])

@@ -20,21 +20,24 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from toksel.errors import ToksError
 
 
-def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+# params.yaml holds every value; the schema holds types, bounds and descriptions only. A field's default is
+# MISSING, so a key params.yaml lacks is an error, not a value hidden in the code (the run keys, dataset and seed,
+# set per run on the command line, are the exception).
+def bounded(default: Any = MISSING, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
             choices: Sequence[str] | None = None, help: str = "") -> Any:
-    """A dataclass field with a default, an allowed range or set of choices, and a one-line description."""
+    """A dataclass field with an allowed range or set of choices and a one-line description."""
     return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "choices": choices, "help": help})
 
 
-def limit(default: int, *, help: str) -> Any:
+def limit(*, help: str) -> Any:
     """A cap on how many of something are kept: a non-negative integer, 0 for no cap."""
-    return bounded(default, ge=0, help=help)
+    return bounded(ge=0, help=help)
 
 
 # The sections a `datasets` entry may override; dvc.yaml tracks datasets.<name>.<section> for each.
@@ -43,10 +46,10 @@ DATASET_SECTIONS = ("data", "model", "one_step", "gradient_flow", "train")
 
 @dataclass
 class BaseConfig:
-    data_seed: int = bounded(0, ge=0, help="seed of the data: the synthetic generator, the subsamples, the "
+    data_seed: int = bounded(ge=0, help="seed of the data: the synthetic generator, the subsamples, the "
                                            "controls' shuffled labels")
     seeds: List[int] = field(  # noqa: UP006
-        default_factory=lambda: [0, 1, 2, 3, 4],
+        default=MISSING,
         metadata={"help": "the seeds every stochastic stage runs with (initialisation, validation split, batch "
                           "order, and the data where they are drawn); each claim's interval is over them. A "
                           "costly stage runs the first few (its section's `seeds`)"})
@@ -54,61 +57,61 @@ class BaseConfig:
 
 @dataclass
 class SyntheticConfig:
-    mode: str = bounded("assumption1", choices=("assumption1", "independent"),
+    mode: str = bounded(choices=("assumption1", "independent"),
                         help="assumption1: one relevant token per sequence; independent: i.i.d. positions")
-    n_positive: int = bounded(10, ge=1, help="size of the positive token set")
-    n_negative: int = bounded(10, ge=1, help="size of the negative token set")
-    n_irrelevant: int = bounded(80, ge=1, help="size of the irrelevant token set")
-    seq_len: int = bounded(12, ge=2, help="T, tokens per sequence")
-    n_train: int = bounded(600, ge=2, help="training sequences (even in assumption1 mode: built in +/- pairs)")
-    n_test: int = bounded(600, ge=2, help="test sequences")
-    delta: float = bounded(0.8, ge=0.0, le=1.0, help="independent mode: probability of an irrelevant token")
+    n_positive: int = bounded(ge=1, help="size of the positive token set")
+    n_negative: int = bounded(ge=1, help="size of the negative token set")
+    n_irrelevant: int = bounded(ge=1, help="size of the irrelevant token set")
+    seq_len: int = bounded(ge=2, help="T, tokens per sequence")
+    n_train: int = bounded(ge=2, help="training sequences (even in assumption1 mode: built in +/- pairs)")
+    n_test: int = bounded(ge=2, help="test sequences")
+    delta: float = bounded(ge=0.0, le=1.0, help="independent mode: probability of an irrelevant token")
 
 
 @dataclass
 class DataConfig:
-    source: str = bounded("synthetic", choices=("synthetic", "hub"),
+    source: str = bounded(choices=("synthetic", "hub"),
                           help="synthetic: our generator; hub: a Hugging Face dataset (or its mirror)")
-    hub_id: str = bounded("", help="Hub id, e.g. stanfordnlp/imdb (source hub)")
-    text_column: str = bounded("text", help="column holding the text")
-    label_column: str = bounded("label", help="column holding the integer label")
-    num_classes: int = bounded(2, ge=2, help="labels must lie in 0 .. num_classes - 1")
+    hub_id: str = bounded(help="Hub id, e.g. stanfordnlp/imdb (source hub)")
+    text_column: str = bounded(help="column holding the text")
+    label_column: str = bounded(help="column holding the integer label")
+    num_classes: int = bounded(ge=2, help="labels must lie in 0 .. num_classes - 1")
     labels: Optional[List[int]] = bounded(  # noqa: UP006, UP045
-        None, help="keep the rows with these source labels, renumbered 0 .. K-1 in this order (null: all rows)")
-    tokenizer: str = bounded("word", choices=("word", "wordpiece", "bpe"),
+        help="keep the rows with these source labels, renumbered 0 .. K-1 in this order (null: all rows)")
+    tokenizer: str = bounded(choices=("word", "wordpiece", "bpe"),
                              help="word: lowercase words and punctuation; wordpiece/bpe: trained on train")
-    subword_vocab_size: int = bounded(8000, ge=100, help="vocabulary size a subword tokenizer is trained to")
-    min_count: int = bounded(1, ge=1, help="keep tokens seen at least this often in the training split")
-    max_vocab: int = limit(0, help="keep at most this many most frequent tokens (0: no limit)")
-    max_train: int = limit(0, help="label-balanced, seeded subsample of the train split (0: all)")
-    max_test: int = limit(0, help="label-balanced, seeded subsample of the test split (0: all)")
-    max_len: Optional[int] = bounded(None, ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
+    subword_vocab_size: int = bounded(ge=100, help="vocabulary size a subword tokenizer is trained to")
+    min_count: int = bounded(ge=1, help="keep tokens seen at least this often in the training split")
+    max_vocab: int = limit(help="keep at most this many most frequent tokens (0: no limit)")
+    max_train: int = limit(help="label-balanced, seeded subsample of the train split (0: all)")
+    max_test: int = limit(help="label-balanced, seeded subsample of the test split (0: all)")
+    max_len: Optional[int] = bounded(ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
 @dataclass
 class ModelConfig:
-    d: int = bounded(1024, ge=1, help="embedding dimension")
+    d: int = bounded(ge=1, help="embedding dimension")
 
 
 @dataclass
 class OneStepConfig:
-    eta0: float = bounded(100.0, gt=0.0, help="step size of the single GD step on E (Lemma 4.1)")
+    eta0: float = bounded(gt=0.0, help="step size of the single GD step on E (Lemma 4.1)")
 
 
 @dataclass
 class GradientFlowConfig:
-    horizon: float = bounded(2e6, gt=0.0, help="the flow time T the flow on p is followed to (error-controlled "
+    horizon: float = bounded(gt=0.0, help="the flow time T the flow on p is followed to (error-controlled "
                                                "gradient steps, each advancing t by its step size)")
-    tolerance: float = bounded(1e-3, gt=0.0, le=0.1, help="the local error a step may make, relative to "
+    tolerance: float = bounded(gt=0.0, le=0.1, help="the local error a step may make, relative to "
                                                          "max(|p|, 1): smaller is closer to the flow and slower")
-    agreement: float = bounded(0.02, gt=0.0, help="the flow follows the flow when the same run with every step "
+    agreement: float = bounded(gt=0.0, help="the flow follows the flow when the same run with every step "
                                                   "halved agrees within this (|p_t|, loss, selection; radians)")
-    seeds: int = limit(0, help="how many of base.seeds (the first) the flow runs (0: all of them)")
-    selection_tol: float = bounded(1e-4, ge=0.0,
+    seeds: int = limit(help="how many of base.seeds (the first) the flow runs (0: all of them)")
+    selection_tol: float = bounded(ge=0.0,
                                    help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
-    max_margin: bool = bounded(True, help="solve the max-margin QP of Theorem 4.3 (small data only)")
-    control_penalty: float = bounded(4.0, gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
+    max_margin: bool = bounded(help="solve the max-margin QP of Theorem 4.3 (small data only)")
+    control_penalty: float = bounded(gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
                                                        "lambda/2 |p|^2 with lambda = control_penalty / horizon, "
                                                        "bounded at a level it reaches within the run")
 
@@ -119,44 +122,44 @@ EMBEDDINGS = ("trained", "untrained", "one_step")
 @dataclass
 class TrainConfig:
     arms: List[str] = field(  # noqa: UP006
-        default_factory=lambda: list(EMBEDDINGS),
+        default=MISSING,
         metadata={"help": "the embedding arms the train stage fits, in turn: trained (E, p, v jointly), untrained (E "
                           "frozen at its random init), one_step (E frozen at E1; p, v trained in both). dvc.yaml "
                           "declares all three arms' outputs, and compare reads them"})
     datasets: List[str] = field(  # noqa: UP006
-        default_factory=lambda: ["imdb", "yelp_polarity", "yelp_stars4"],
+        default=MISSING,
         metadata={"help": "dvc.yaml trains the three embedding arms on each of these datasets, every seed"})
-    optimizer: str = bounded("adam", choices=("adam", "sgd"), help="optimiser of every trained parameter")
+    optimizer: str = bounded(choices=("adam", "sgd"), help="optimiser of every trained parameter")
     lr_grid: List[float] = field(  # noqa: UP006
-        default_factory=lambda: [1e-3, 1e-2, 1e-1],
+        default=MISSING,
         metadata={"help": "each embedding arm trains at every learning rate here and keeps the one with the lowest "
                           "validation loss (the same procedure for every arm)"})
-    lr: float = bounded(1e-3, gt=0.0, help="the learning rate of the ablations, and of the matched-lr protocol "
+    lr: float = bounded(gt=0.0, help="the learning rate of the ablations, and of the matched-lr protocol "
                                            "(every arm at this lr, as the paper ran them: the claims' protocol; it "
                                            "must be in lr_grid)")
-    lr_extensions: int = limit(2, help="when the best rate of lr_grid is its smallest or largest, screen this "
+    lr_extensions: int = limit(help="when the best rate of lr_grid is its smallest or largest, screen this "
                                        "many more rates beyond it at most (the grid's own spacing)")
-    seeds: int = limit(3, help="how many of base.seeds (the first) the training stages run (0: all of them)")
-    screen_epochs: int = bounded(3, ge=1, help="each rate of lr_grid first trains this many epochs; the one with the "
+    seeds: int = limit(help="how many of base.seeds (the first) the training stages run (0: all of them)")
+    screen_epochs: int = bounded(ge=1, help="each rate of lr_grid first trains this many epochs; the one with the "
                                                "lowest validation loss goes on from there under the stopping rule")
-    weight_decay: float = bounded(0.0, ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
-    batch_size: int = bounded(512, ge=1, help="sequences per minibatch")
-    max_epochs: int = bounded(20, ge=1, help="at most this many epochs (the budget of every arm)")
-    patience: int = bounded(3, ge=1, help="early stopping: epochs without a lower validation loss")
-    val_fraction: float = bounded(0.1, gt=0.0, le=0.5, help="share of the train split held out for validation")
-    accelerator: str = bounded("auto", choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
-    strategy: str = bounded("auto", choices=("auto", "ddp"),
+    weight_decay: float = bounded(ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
+    batch_size: int = bounded(ge=1, help="sequences per minibatch")
+    max_epochs: int = bounded(ge=1, help="at most this many epochs (the budget of every arm)")
+    patience: int = bounded(ge=1, help="early stopping: epochs without a lower validation loss")
+    val_fraction: float = bounded(gt=0.0, le=0.5, help="share of the train split held out for validation")
+    accelerator: str = bounded(choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
+    strategy: str = bounded(choices=("auto", "ddp"),
                             help="ddp: one process per device (gloo on CPUs, NCCL on GPUs), each training its share "
                                  "of every batch; needed for devices or num_nodes above 1")
-    devices: int = bounded(1, ge=1, help="processes (CPU) or GPUs per node")
-    num_nodes: int = bounded(1, ge=1, help="machines of a multi-node DDP run (started with torchrun or SLURM)")
-    precision: str = bounded("32-true", choices=("32-true", "64-true", "bf16-mixed"), help="Lightning precision")
-    bins: int = bounded(20, ge=2, help="bins of the posterior difference for the token curves")
-    binning: str = bounded("equal_width", choices=("equal_width", "quantile"),
+    devices: int = bounded(ge=1, help="processes (CPU) or GPUs per node")
+    num_nodes: int = bounded(ge=1, help="machines of a multi-node DDP run (started with torchrun or SLURM)")
+    precision: str = bounded(choices=("32-true", "64-true", "bf16-mixed"), help="Lightning precision")
+    bins: int = bounded(ge=2, help="bins of the posterior difference for the token curves")
+    binning: str = bounded(choices=("equal_width", "quantile"),
                            help="equal_width (the paper's tables) or quantile (bins of equal token counts)")
-    min_bin_tokens: int = bounded(5, ge=1, help="a bin with fewer tokens is left out of the curve and its "
+    min_bin_tokens: int = bounded(ge=1, help="a bin with fewer tokens is left out of the curve and its "
                                                 "statistics (its count is still shown)")
-    heldout_min_count: int = bounded(10, ge=1, help="a token enters the curves and rank statistics when it occurs "
+    heldout_min_count: int = bounded(ge=1, help="a token enters the curves and rank statistics when it occurs "
                                                     "this often in the held-out (test) split, whose labels give "
                                                     "its statistics")
 
@@ -166,23 +169,23 @@ SEQUENCE_VARIANTS = ("one_layer", "mlp", "mlp_residual", "two_layer", "two_layer
 
 @dataclass
 class ScaleConfig:
-    d: int = bounded(256, ge=1, help="embedding dimension")
-    max_len: Optional[int] = bounded(64, ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
-    max_train: int = limit(6000, help="seeded subset of the train split, validation included (0: all)")
-    max_test: int = limit(5000, help="seeded subset of the test split (0: all)")
+    d: int = bounded(ge=1, help="embedding dimension")
+    max_len: Optional[int] = bounded(ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
+    max_train: int = limit(help="seeded subset of the train split, validation included (0: all)")
+    max_test: int = limit(help="seeded subset of the test split (0: all)")
 
 
 @dataclass
 class SequenceConfig:
-    variant: str = bounded("two_layer", choices=SEQUENCE_VARIANTS,
+    variant: str = bounded(choices=SEQUENCE_VARIANTS,
                            help="one_layer; mlp: a ReLU layer of width d before the head; mlp_residual: z + that "
                                 "layer; two_layer: residual self-attention, then the <cls> read-out; two_layer_kq: "
                                 "both with trained W_KQ")
-    scale: str = bounded("cpu", choices=("cpu", "paper"), help="which size profile below the stage uses")
+    scale: str = bounded(choices=("cpu", "paper"), help="which size profile below the stage uses")
     cpu: ScaleConfig = field(default_factory=ScaleConfig)
-    paper: ScaleConfig = field(default_factory=lambda: ScaleConfig(d=2048, max_len=None, max_train=0, max_test=0))
-    batch_size: int = bounded(64, ge=1, help="sequences per minibatch")
-    bucketed: bool = bounded(True, help="training batches of similar length (less padding)")
+    paper: ScaleConfig = field(default_factory=ScaleConfig)
+    batch_size: int = bounded(ge=1, help="sequences per minibatch")
+    bucketed: bool = bounded(help="training batches of similar length (less padding)")
 
     @property
     def profile(self) -> ScaleConfig:
@@ -192,82 +195,81 @@ class SequenceConfig:
 @dataclass
 class AblationConfig:
     datasets: List[str] = field(  # noqa: UP006
-        default_factory=lambda: ["imdb", "yelp_polarity"],
+        default=MISSING,
         metadata={"help": "dvc.yaml runs each of ablation.variants on each of these datasets"})
     variants: List[str] = field(  # noqa: UP006
-        default_factory=lambda: ["mlp", "mlp_residual", "two_layer", "two_layer_kq"],
+        default=MISSING,
         metadata={"help": f"the sequence.variant values dvc.yaml runs ({', '.join(SEQUENCE_VARIANTS)})"})
-    multiclass: str = bounded("yelp_stars4", help="the dataset whose trained-arm curves (train@<it>) are set "
+    multiclass: str = bounded(help="the dataset whose trained-arm curves (train@<it>) are set "
                                                  "against the rebuttal's 4-class tables")
-    min_spearman: float = bounded(0.7, ge=-1.0, le=1.0, help="a curve agrees in shape with a rebuttal table when "
+    min_spearman: float = bounded(ge=-1.0, le=1.0, help="a curve agrees in shape with a rebuttal table when "
                                                              "the Spearman of their bin means is at least this")
 
 
 @dataclass
 class PhaseConfig:
-    dataset: str = bounded("synthetic", help="the assumption1 synthetic dataset of `datasets` the grid runs on")
-    horizon: float = bounded(1e8, gt=0.0, help="the flow time of the grid's cells (in place of the dataset's)")
-    tolerance: float = bounded(1e-5, gt=0.0, le=0.1, help="the flow's error tolerance in the grid's cells (in place "
+    dataset: str = bounded(help="the assumption1 synthetic dataset of `datasets` the grid runs on")
+    horizon: float = bounded(gt=0.0, help="the flow time of the grid's cells (in place of the dataset's)")
+    tolerance: float = bounded(gt=0.0, le=0.1, help="the flow's error tolerance in the grid's cells (in place "
                                                          "of the dataset's)")
     eta0: List[float] = field(  # noqa: UP006
-        default_factory=lambda: [10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0],
+        default=MISSING,
         metadata={"help": "one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)"})
     d: List[int] = field(  # noqa: UP006
-        default_factory=lambda: [128, 256, 512, 1024, 2048, 4096],
+        default=MISSING,
         metadata={"help": "model.d of the grid's rows; also the d sweep of the one-step error"})
 
 
 @dataclass
 class DSweepConfig:
     datasets: List[str] = field(  # noqa: UP006
-        default_factory=lambda: ["yelp_polarity"],
+        default=MISSING,
         metadata={"help": "dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained "
                           "arms at every d, every training seed"})
     d: List[int] = field(  # noqa: UP006
-        default_factory=lambda: [16, 128, 1024],
+        default=MISSING,
         metadata={"help": "the embedding dimensions of the sweep (the train stage's model.d joins them)"})
 
 
 @dataclass
 class CalibrationConfig:
-    replicates: int = bounded(48, ge=2, help="verdicts per known answer: a rate's 95 % interval is then within "
+    replicates: int = bounded(ge=2, help="verdicts per known answer: a rate's 95 % interval is then within "
                                              "+-0.15 wherever the rate lies")
-    seed: int = bounded(0, ge=0, help="seed of the replicates' data, initialisations and noise")
-    synthetic: SyntheticConfig = field(default_factory=lambda: SyntheticConfig(
-        n_positive=4, n_negative=4, n_irrelevant=24, seq_len=6, n_train=80, n_test=40))
-    d: int = bounded(256, ge=2, help="embedding dimension of the theory's replicates")
-    eta0: float = bounded(40.0, gt=0.0, help="the one step's size in the theory's replicates (inside the window of "
+    seed: int = bounded(ge=0, help="seed of the replicates' data, initialisations and noise")
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    d: int = bounded(ge=2, help="embedding dimension of the theory's replicates")
+    eta0: float = bounded(gt=0.0, help="the one step's size in the theory's replicates (inside the window of "
                                              "selection at this d)")
-    horizon: float = bounded(1e8, gt=0.0, help="the flow time of the theory's replicates (their flows after a step on "
+    horizon: float = bounded(gt=0.0, help="the flow time of the theory's replicates (their flows after a step on "
                                                "labels without signal grow stiff beyond it)")
-    model_fidelity: float = bounded(0.9, gt=0.0, le=0.999, help="planted token scores follow their training "
+    model_fidelity: float = bounded(gt=0.0, le=0.999, help="planted token scores follow their training "
                                                                 "statistic with this correlation")
 
 
 @dataclass
 class EvaluateConfig:
-    max_slope_rel_error: float = bounded(0.05, gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
-    min_pearson_r: float = bounded(0.99, ge=-1.0, le=1.0, help="Lemma 4.1: Pearson r at least")
-    min_selection_fraction: float = bounded(1.0, ge=0.0, le=1.0, help="Lemma 4.4: selection fraction at least")
-    min_cos_max_margin: float = bounded(0.99, ge=-1.0, le=1.0, help="Theorem 4.3: cos(p_T, p_mm) at least")
-    min_log_growth: float = bounded(0.5, help="Lemma 4.2: the slope of |p_t| against log t over [T/2, T] over its "
+    max_slope_rel_error: float = bounded(gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
+    min_pearson_r: float = bounded(ge=-1.0, le=1.0, help="Lemma 4.1: Pearson r at least")
+    min_selection_fraction: float = bounded(ge=0.0, le=1.0, help="Lemma 4.4: selection fraction at least")
+    min_cos_max_margin: float = bounded(ge=-1.0, le=1.0, help="Theorem 4.3: cos(p_T, p_mm) at least")
+    min_log_growth: float = bounded(help="Lemma 4.2: the slope of |p_t| against log t over [T/2, T] over its "
                                               "average since the flow started to move, at least")
 
 
 @dataclass
 class ReportConfig:
-    min_accuracy_gap: float = bounded(0.0, ge=-1.0, le=1.0, help="presence: trained minus untrained test accuracy "
+    min_accuracy_gap: float = bounded(ge=-1.0, le=1.0, help="presence: trained minus untrained test accuracy "
                                                                  "above this, the gap of its null")
-    size_factor: float = bounded(2.0, gt=1.0, help="size: our value within this factor of the paper's (its interval "
+    size_factor: float = bounded(gt=1.0, help="size: our value within this factor of the paper's (its interval "
                                                    "inside [paper / factor, paper x factor])")
-    min_spread_ratio: float = bounded(2.0, gt=0.0, help="the scale-free spread of E_s^T v and E_s^T p around their "
+    min_spread_ratio: float = bounded(gt=0.0, help="the scale-free spread of E_s^T v and E_s^T p around their "
                                                         "binned curves, full training over one step then frozen, at "
                                                         "least")
-    min_rank_agreement: float = bounded(0.5, ge=-1.0, le=2.0, help="a noise-corrected rank correlation that makes a "
+    min_rank_agreement: float = bounded(ge=-1.0, le=2.0, help="a noise-corrected rank correlation that makes a "
                                                                    "curve rise, at least")
-    max_edge_factor: float = bounded(4.0, ge=1.0, help="a measured edge of the eta0 window agrees with the scale "
+    max_edge_factor: float = bounded(ge=1.0, help="a measured edge of the eta0 window agrees with the scale "
                                                        "argument when within this factor of it")
-    max_slope_deviation: float = bounded(0.15, gt=0.0, help="the one-step error's log-log slope in d agrees with "
+    max_slope_deviation: float = bounded(gt=0.0, help="the one-step error's log-log slope in d agrees with "
                                                             "-1/2 when within this of it")
 
 
@@ -289,7 +291,7 @@ class Config:
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     d_sweep: DSweepConfig = field(default_factory=DSweepConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
-    datasets: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006
+    datasets: Dict[str, Any] = field(default=MISSING)  # noqa: UP006
 
     @property
     def training_seeds(self) -> list[int]:
@@ -474,6 +476,9 @@ def _resolve(layers: list[Any], prefix: str = "", dataset_applied: bool = True) 
         key = f"{prefix}{getattr(error, 'full_key', None) or '?'}"
         if isinstance(error, ConfigKeyError):
             raise ToksError(f"config error: unknown key {key!r} (check the spelling against params.yaml)") from None
+        if isinstance(error, MissingMandatoryValue):
+            raise ToksError(f"config error: {key} has no value: params.yaml holds every setting (the code has no "
+                            "defaults), so add it there") from None
         raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
     _check_ranges(config, prefix)
     _check_consistency(config, prefix)
@@ -527,7 +532,9 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     except OmegaConfBaseException as error:
         raise ToksError(f"config error: the overrides {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
     first = _resolve([params, command_line], dataset_applied=False)  # which dataset, and the entries
-    shared = OmegaConf.masked_copy(params, [key for key in params if key != "datasets"])
+    # Every section but the dataset entries, which each entry's own layer stands in for.
+    shared = OmegaConf.merge(OmegaConf.masked_copy(params, [key for key in params if key != "datasets"]),
+                             {"datasets": {}})
     for name in first.datasets:
         _resolve([shared, _dataset_layer(first.datasets, name)], prefix=f"datasets.{name}.")
     return ReadConfig(_resolve([params, _dataset_layer(first.datasets, first.dataset), command_line]), digest)

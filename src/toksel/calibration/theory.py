@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from toksel.config import CalibrationConfig, DataConfig, GradientFlowConfig
+from toksel.config import CalibrationConfig, GradientFlowConfig
 from toksel.data.prepared import prepare_synthetic
 from toksel.models.fused import FusedBags
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
@@ -36,7 +36,7 @@ def theory_replicate(settings: CalibrationConfig, flow: GradientFlowConfig, repl
     true step with a bounded |p_t| (Lemma 4.2's null), exactly the pipeline's controls.
     """
     draw = (settings.seed, replicate, seed)
-    prepared = prepare_synthetic(DataConfig(source="synthetic", synthetic=settings.synthetic), draw)
+    prepared = prepare_synthetic(settings.synthetic, draw)
     train, tokens = prepared.splits["train"], prepared.tokens
     step = one_step_from_initialisation(train, tokens, settings.d, seed_of(*draw), settings.eta0, null_seed=draw)
     half_update = embedding_update(step.E0, step.p0, step.v, FusedBags.from_split(train.with_signal(HALF, draw)),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from toksel.config import DataConfig
+from toksel.config import DataConfig, SyntheticConfig
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import (
     IRRELEVANT,
@@ -37,8 +37,7 @@ class PreparedDataset:
     metrics: dict[str, float]
 
 
-def prepare_synthetic(data: DataConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
-    settings = data.synthetic
+def prepare_synthetic(settings: SyntheticConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
     vocab = SyntheticVocabulary(settings.n_positive, settings.n_negative, settings.n_irrelevant)
     rng = np.random.default_rng(seed)
     splits = {name: generate(settings.mode, vocab, n, settings.seq_len, settings.delta, rng)
