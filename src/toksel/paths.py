@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -13,6 +14,11 @@ def project_root() -> Path:
         if parts[i : i + 3] == (".dvc", "tmp", "exps"):
             return Path(*parts[:i])
     return cwd
+
+
+def tracking_uri() -> str:
+    """The MLflow store: $MLFLOW_TRACKING_URI, else the embedded sqlite file in the project root."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
 def processed_dir(dataset: str) -> Path:

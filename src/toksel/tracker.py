@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from toksel.paths import tracking_uri
+
 PROTOCOL = 2  # part of the socket's name: a changed protocol gets a new companion
 START_TIMEOUT = 30.0  # seconds a stage waits for a companion it started
 
@@ -269,7 +271,6 @@ def stop(uri: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from toksel.tracking import tracking_uri
 
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["serve"] and len(args) == 2:

@@ -37,7 +37,7 @@ from toksel.distributed import is_worker
 from toksel.errors import Terminated, ToksError
 from toksel.guarded import GuardedStore, limit_server_waits
 from toksel.io import after_outputs, write_json
-from toksel.paths import project_root
+from toksel.paths import project_root, tracking_uri
 from toksel.processes import Process
 from toksel.tracker import open_store
 
@@ -63,10 +63,6 @@ def peak_memory_mb() -> float:
                 return int(line.split()[1]) / 1024  # kB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
 def experiment_name() -> str:
