@@ -39,7 +39,6 @@ def ablation(config: Config, run: StageRun) -> None:
     settings, training, dataset, seed = config.sequence, config.train, config.dataset, config.seed
     scale, variant = settings.profile, f"{dataset}/{settings.variant}"
     run.set_tag("variant", settings.variant)
-    run.set_tag("mlflow.runName", f"ablation {settings.variant} seed {seed}")
     folder = data_dir(dataset, seed)
     tokens = read_token_table(folder / "tokens.csv")
     dtype = parameter_dtype(training.precision)
@@ -73,7 +72,8 @@ def ablation(config: Config, run: StageRun) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage("ablation", SECTIONS, ablation, argv, every_seed=lambda config: results_dir(
-        "ablation", f"{config.dataset}/{config.sequence.variant}"), seeds=lambda config: config.training_seeds)
+        "ablation", f"{config.dataset}/{config.sequence.variant}"), seeds=lambda config: config.training_seeds,
+        variant=lambda config: config.sequence.variant)
 
 
 if __name__ == "__main__":

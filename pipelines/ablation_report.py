@@ -112,7 +112,7 @@ def _summary(config: Config, variants: dict, assessed: list, comparison: pd.Data
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("ablation_report", SECTIONS, ablation_report, argv)
+    return run_stage("ablation_report", SECTIONS, ablation_report, argv, per_dataset=False)
 
 
 if __name__ == "__main__":

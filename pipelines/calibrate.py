@@ -88,7 +88,7 @@ def calibrate(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("calibrate", SECTIONS, calibrate, argv)
+    return run_stage("calibrate", SECTIONS, calibrate, argv, per_dataset=False)
 
 
 if __name__ == "__main__":

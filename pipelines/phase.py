@@ -46,7 +46,6 @@ def phase_row(config: Config, run: StageRun) -> None:
         raise ToksError(f"phase.dataset = {config.dataset!r} is not assumption1 synthetic data: the phase diagram "
                         "needs known important tokens and the max-margin QP (set phase.dataset=synthetic)")
     d, seeds = config.model.d, config.base.seeds
-    run.set_tag("mlflow.runName", f"phase d={d}")
     draws = {seed: (PackedSplit.load(data_dir(config.dataset, seed) / "train.npz"),
                     read_token_table(data_dir(config.dataset, seed) / "tokens.csv")) for seed in seeds}
 
@@ -84,7 +83,7 @@ def phase_row(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("phase", SECTIONS, phase_row, argv)
+    return run_stage("phase", SECTIONS, phase_row, argv, variant=lambda config: f"d {config.model.d}")
 
 
 if __name__ == "__main__":

@@ -218,7 +218,7 @@ def _summary(config: Config, grid: pd.DataFrame, mean_abs_alpha: float, rows: li
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("phase_diagram", SECTIONS, phase_diagram, argv)
+    return run_stage("phase_diagram", SECTIONS, phase_diagram, argv, per_dataset=False)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def report(config: Config, run: StageRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("report", SECTIONS, report, argv)
+    return run_stage("report", SECTIONS, report, argv, per_dataset=False)
 
 
 if __name__ == "__main__":

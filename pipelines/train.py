@@ -31,7 +31,6 @@ SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train")
 def train(config: Config, run: StageRun) -> None:
     settings, dataset, seed = config.train, config.dataset, config.seed
     folder = data_dir(dataset, seed)
-    run.set_tag("mlflow.runName", f"train seed {seed}")
     arms = Arms(config, folder, seed, config.model.d)
     tokens = arms.tokens
     # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.

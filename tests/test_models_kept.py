@@ -82,6 +82,7 @@ def test_a_run_names_its_dataset_its_commit_and_its_dvc_experiment(prepared, mon
     from pipelines import gradient_flow
 
     monkeypatch.setenv("DVC_EXP_NAME", "eager-pika")
+    monkeypatch.setenv("TOKSEL_PIPELINE_ID", "an-experiment")  # the experiment's own pipeline, not prepared's
     assert gradient_flow.main([*TINY, "dataset=synthetic"]) == 0
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("toksel")
@@ -89,6 +90,8 @@ def test_a_run_names_its_dataset_its_commit_and_its_dvc_experiment(prepared, mon
     runs = client.search_runs([experiment.experiment_id], "tags.stage = 'gradient_flow'")
     run = runs[0]
     assert run.data.tags["dvc.experiment"] == "eager-pika"
+    assert run.info.run_name == "gradient_flow synthetic seed 0"
+    assert client.get_run(run.data.tags["mlflow.parentRunId"]).info.run_name == "eager-pika"  # the experiment
     assert run.data.tags["mlflow.source.git.commit"]
     assert run.data.tags["mlflow.source.name"] == "pipelines/gradient_flow.py"
     dataset = run.inputs.dataset_inputs[0].dataset

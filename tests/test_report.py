@@ -139,6 +139,18 @@ def test_the_html_report_is_self_contained_and_an_artifact_of_the_pipeline_run(r
     assert {"report.md", "report.html"} <= {artifact.path for artifact in client.list_artifacts(parent)}
 
 
+def test_runs_are_named_for_what_they_are_and_only_a_dataset_s_runs_carry_one(reported):
+    client = MlflowClient(f"sqlite:///{reported / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
+    named = {run.info.run_name: run.data.tags for run in runs if "toksel.trial" not in run.data.tags}
+    assert {"gradient_flow synthetic seed 0", "evaluate synthetic", "phase synthetic d 64", "phase synthetic d 256",
+            "phase_diagram", "report"} <= set(named)
+    assert "dataset" not in named["report"] and "dataset" not in named["phase_diagram"]
+    assert named["evaluate synthetic"]["dataset"] == "synthetic"
+    parents = [name for name, tags in named.items() if tags.get("stage") == "pipeline"]
+    assert len(parents) == 1 and parents[0].startswith("workspace ")  # not a DVC experiment
+
+
 @pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS) and not os.environ.get("TOKSEL_CHROMIUM"),
                     reason="no Chromium (`make chromium` installs it; .ci/run does)")
 def test_the_html_report_renders_in_headless_chromium_with_every_image(reported, tmp_path):

@@ -33,6 +33,7 @@ PARAMS = Path("params.yaml")  # what load_config reads: DVC runs every stage in 
 StageBody = Callable[[Config, StageRun], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
 Seeds = Callable[[Config], list[int]]  # the seeds a stage runs, if not all of base.seeds
+Variant = Callable[[Config], str]  # what tells a stage's runs on one dataset apart, for their names
 
 
 def show_progress() -> bool:
@@ -43,7 +44,8 @@ def show_progress() -> bool:
 
 
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
-              seeded: bool = False, every_seed: SeedsFolder | None = None, seeds: Seeds | None = None) -> int:
+              seeded: bool = False, every_seed: SeedsFolder | None = None, seeds: Seeds | None = None,
+              per_dataset: bool = True, variant: Variant | None = None) -> int:
     """Run `body` as the stage `stage` (its config sections `sections`).
 
     seeded: the run is of one seed (`seed=`, tagged). every_seed: the body runs once for every seed of base.seeds,
@@ -51,6 +53,8 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     tagged `seed`, as a stage per seed would be; the metrics the seeds record under every_seed(config) are then
     gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
     seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
+    per_dataset: the stage works on one dataset (False: on all of them, as the report). variant: what tells its
+    runs from the same stage's on the same dataset, for their names (an ablation's variant).
     """
     from_command_line = argv is None  # a process of its own (DVC's, a user's), not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -66,7 +70,8 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         return 0
     silence_known_warnings()
     with _signals_raise():
-        return _run(stage, sections, body, argv, seeded, every_seed, seeds, from_command_line)
+        return _run(stage, sections, body, argv, seeded, every_seed, seeds, from_command_line,
+                    RunNaming(per_dataset, variant))
 
 
 STOPPING = (signal.SIGTERM, signal.SIGINT)  # a `kill`, DVC or CI stopping a stage; Ctrl-C
@@ -101,8 +106,18 @@ def _stop_with_parent() -> None:
         raise Terminated(signal.SIGTERM)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunNaming:
+    per_dataset: bool
+    variant: Variant | None
+
+    def of(self, config: Config) -> dict:
+        """stage_run's keyword arguments that name a run of `config`."""
+        return {"per_dataset": self.per_dataset, "variant": self.variant(config) if self.variant else None}
+
+
 def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str], seeded: bool,
-         every_seed: SeedsFolder | None, seeds: Seeds | None, from_command_line: bool) -> int:
+         every_seed: SeedsFolder | None, seeds: Seeds | None, from_command_line: bool, naming: RunNaming) -> int:
     try:
         if from_command_line:
             _stop_with_parent()
@@ -124,14 +139,14 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 print(f"{stage}: {line}", file=sys.stderr)
         # Every output of the stage (all its seeds) replaces the old ones together, and only then is logged.
         if every_seed is None:
-            with stage_run(stage, config, sections, seeded, dataset_input=told_dataset(argv)) as run, \
-                    outputs_together():
+            with stage_run(stage, config, sections, seeded, dataset_input=told_dataset(argv),
+                           **naming.of(config)) as run, outputs_together():
                 body(config, run)
                 check_workspace()
         else:
             with outputs_together():
                 _every_seed(stage, sections, config, body, every_seed(config), told_dataset(argv),
-                            seeds(config) if seeds is not None else config.base.seeds)
+                            seeds(config) if seeds is not None else config.base.seeds, naming)
                 check_workspace()
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
@@ -158,11 +173,12 @@ def told_dataset(argv: Sequence[str]) -> bool:
 
 
 def _every_seed(stage: str, sections: tuple[str, ...], config: Config, body: StageBody, folder: Path,
-                dataset_input: bool, seeds: list[int]) -> None:
+                dataset_input: bool, seeds: list[int], naming: RunNaming) -> None:
     recorded: list[tuple[Path, dict]] = []
     for seed in seeds:
         seeded = dataclasses.replace(config, seed=seed)
-        with stage_run(stage, seeded, sections, seeded=True, recorded=recorded, dataset_input=dataset_input) as run:
+        with stage_run(stage, seeded, sections, seeded=True, recorded=recorded, dataset_input=dataset_input,
+                       **naming.of(seeded)) as run:
             body(seeded, run)
     if not is_worker():
         write_json(folder.with_suffix(".json"), gathered_metrics(recorded, folder))

@@ -2,8 +2,9 @@
 
 DVC starts each stage as its own process, so the stages of one `dvc repro` find their common parent run
 through a pipeline key: $TOKSEL_PIPELINE_ID if set, else the id of the `dvc` process that started them (a
-stage started by hand gets a parent of its own). Stage runs carry the tags stage, dataset, git_sha and
-params_hash, the stage's flattened parameters, its metrics (the same as its metrics.json) and artifacts.
+stage started by hand gets a parent of its own), named after the DVC experiment or `workspace <time>`. A stage
+run is named for what it is (run_name), and carries the tags stage, git_sha, params_hash and, on one dataset,
+dataset; the stage's flattened parameters, its metrics (the same as its metrics.json) and artifacts.
 
 The store is $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project root>/mlflow.db, reached through its
 companion process (tracker.py), which opens it once for all the stages.
@@ -215,7 +216,9 @@ def _parent_run(store: GuardedStore, experiment_id: str, key: str) -> str:
     if found:
         store.set_status(found[0]["run_id"], "RUNNING")
         return found[0]["run_id"]
-    run_id = store.create_run(experiment_id, f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
+    # Named after the DVC experiment that runs it; else it is a run in the workspace (`dvc repro`, a stage by hand).
+    name = os.environ.get("DVC_EXP_NAME") or f"workspace {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    run_id = store.create_run(experiment_id, name,
                               {PIPELINE_KEY_TAG: key, "stage": "pipeline", "git_sha": git_sha(),
                                **source_tags("pipeline")})
     _log_params_file(store, run_id)
@@ -269,15 +272,23 @@ def log_dataset(store: GuardedStore, run_id: str, config: Config) -> None:
                     "training")
 
 
+def run_name(stage: str, config: Config, per_dataset: bool, seeded: bool, variant: str | None = None) -> str:
+    """What a run is, in words: `gradient_flow imdb seed 1`, `ablation yelp_polarity two_layer_kq seed 0`, `report`."""
+    parts = [stage, config.dataset if per_dataset else None, variant, f"seed {config.seed}" if seeded else None]
+    return " ".join(part for part in parts if part)
+
+
 @contextmanager
 def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: bool = False,
-              recorded: list[tuple[Path, dict[str, Any]]] | None = None,
-              dataset_input: bool = False) -> Iterator[StageRun]:
+              recorded: list[tuple[Path, dict[str, Any]]] | None = None, dataset_input: bool = False,
+              per_dataset: bool = True, variant: str | None = None) -> Iterator[StageRun]:
     """Open the stage's MLflow run under the pipeline's parent run; close both, FAILED on an exception.
 
     seeded: the run is of one seed (config.seed), which tags it `seed`. recorded: where the run's record_metrics
     calls are kept (StageRun.recorded), shared by the runs of one process's seeds. dataset_input: the stage
-    works on one dataset (config.dataset), logged as the run's input."""
+    works on one dataset (config.dataset), logged as the run's input. per_dataset: the stage works on
+    config.dataset, which tags it `dataset` (a stage over all datasets has no such tag). variant: what else tells
+    this run from its siblings (an ablation's variant, a phase row's d), in its name."""
     if is_worker():
         yield StageRun(_Silent(), run_id=None, recorded=recorded)
         return
@@ -288,12 +299,13 @@ def stage_run(stage: str, config: Config, sections: tuple[str, ...], seeded: boo
               file=sys.stderr)
     parent_id = _parent_run(store, experiment_id, pipeline_key())
     resolved = config.sections(sections)
-    tags = {PARENT_TAG: parent_id, "stage": stage, "dataset": config.dataset, "git_sha": git_sha(),
-            "params_hash": params_hash(resolved), HOST_TAG: socket.gethostname(),
-            PROCESS_TAG: str(Process.current()), **source_tags(stage)}
+    tags = {PARENT_TAG: parent_id, "stage": stage, "git_sha": git_sha(), "params_hash": params_hash(resolved),
+            HOST_TAG: socket.gethostname(), PROCESS_TAG: str(Process.current()), **source_tags(stage)}
+    if per_dataset:
+        tags["dataset"] = config.dataset
     if seeded:
         tags["seed"] = str(config.seed)
-    run_id = store.create_run(experiment_id, stage, tags)
+    run_id = store.create_run(experiment_id, run_name(stage, config, per_dataset, seeded, variant), tags)
     params = [[key, str(value)] for key, value in flatten(resolved).items()]
     if seeded:
         params.append(["seed", str(config.seed)])
