@@ -7,12 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-import psutil
 import pytest
 
 from pipelines import prepare
 from tests.helpers import TINY
 from toksel import workspace
+from toksel.processes import Process
 
 
 def _dvc_records(project: Path, name: str | None, dvc_pid: int) -> None:
@@ -46,9 +46,9 @@ def _one_line(capsys: pytest.CaptureFixture) -> str:
 def test_a_second_experiment_stops_while_the_first_ones_dvc_runs(project, in_experiment, capsys):
     first_dvc = subprocess.Popen(["sleep", "120"])
     try:
-        started = psutil.Process(first_dvc.pid).create_time()
+        first_process = str(Process.of(first_dvc.pid))
         (project / workspace.CLAIM).parent.mkdir(parents=True)
-        (project / workspace.CLAIM).write_text(json.dumps({"name": "first", "pid": first_dvc.pid, "started": started}))
+        (project / workspace.CLAIM).write_text(json.dumps({"name": "first", "process": first_process}))
         _dvc_records(project, "second", os.getppid())  # the second rewrote DVC's records
         in_experiment("second")
         assert prepare.main(TINY) == 2
@@ -57,7 +57,7 @@ def test_a_second_experiment_stops_while_the_first_ones_dvc_runs(project, in_exp
         assert "experiment 'second' stops" in line and "dvc queue start" in line
         assert not (project / "data").exists()  # nothing written
         # The same name does not make it the same experiment: the claim's DVC process does.
-        claim = {"name": "second", "pid": first_dvc.pid, "started": started}
+        claim = {"name": "second", "process": first_process}
         (project / workspace.CLAIM).write_text(json.dumps(claim))
         assert prepare.main(TINY) == 2
         assert "experiment 'second' is running in this workspace" in _one_line(capsys)
@@ -67,7 +67,7 @@ def test_a_second_experiment_stops_while_the_first_ones_dvc_runs(project, in_exp
     # Once the first experiment's DVC has ended, the workspace is the second's: it claims it and runs.
     assert prepare.main(TINY) == 0
     claim = json.loads((project / workspace.CLAIM).read_text())
-    assert claim["name"] == "second" and claim["pid"] == os.getppid()
+    assert claim["name"] == "second" and Process.parse(claim["process"]).pid == os.getppid()
 
 
 @pytest.mark.parametrize(("records", "message"), [

@@ -29,7 +29,6 @@ from toksel.workspace import check_experiment_alone, check_params_unchanged, kee
 # one line, not a traceback.
 OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG}
 
-PARAMS = Path("params.yaml")  # what load_config reads: DVC runs every stage in the project root
 StageBody = Callable[[Config, StageRun], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
 Seeds = Callable[[Config], list[int]]  # the seeds a stage runs, if not all of base.seeds
@@ -128,7 +127,7 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         check_experiment_alone()
 
         def check_workspace() -> None:  # at the end, before the outputs replace the old ones
-            check_params_unchanged(PARAMS, read.params_digest)
+            check_params_unchanged(read.params_path, read.params_digest)
             check_experiment_alone()
 
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):

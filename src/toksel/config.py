@@ -505,7 +505,8 @@ def _dataset_layer(datasets: Any, name: str) -> Any:
 @dataclass(frozen=True)
 class ReadConfig:
     config: Config
-    params_digest: str  # of the values in the params file the config was made from
+    params_path: Path  # the params file it was made from
+    params_digest: str  # of the values in that file
 
 
 def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> Config:
@@ -537,7 +538,7 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
                              {"datasets": {}})
     for name in first.datasets:
         _resolve([shared, _dataset_layer(first.datasets, name)], prefix=f"datasets.{name}.")
-    return ReadConfig(_resolve([params, _dataset_layer(first.datasets, first.dataset), command_line]), digest)
+    return ReadConfig(_resolve([params, _dataset_layer(first.datasets, first.dataset), command_line]), path, digest)
 
 
 def describe(config: Config, sections: Iterable[str]) -> list[str]:

@@ -7,14 +7,14 @@ record lie, and both are refused here with one line (exit 2) before the stage's 
 - params.yaml changed while the stage ran (an edit; a second `dvc exp run`, which writes its parameters into
   the workspace before it finds the first one's lock): the values in the file no longer match those the
   stage read (a comment or the layout may change).
-- A second `dvc exp run` started in a workspace where one already runs. DVC (3.x) lets it rewrite the
-  running experiment's records (its git refs, and `.dvc/tmp/exps/run/workspace/`: the experiment's name and
-  DVC's PID) and its parameters before anything of ours runs; the first experiment's later stages would then
-  run with the second's parameters under the first's name. So the first stage of an experiment in the
-  workspace claims it (`.dvc/tmp/toksel-experiment.json`: the DVC process that runs it); a stage of another
+- A second `dvc exp run` started in a workspace where one already runs. DVC (3.x) lets it rewrite the running
+  experiment's records (its git refs, and `.dvc/tmp/exps/run/workspace/`: the experiment's name and DVC's PID)
+  and its parameters before anything of ours runs; the first experiment's later stages would then run with the
+  second's parameters under the first's name. So the first stage of an experiment in the workspace claims it
+  (`.dvc/tmp/toksel-experiment.json`: the DVC process that runs it, by PID and start time); a stage of another
   experiment, while that process lives, stops; and a stage whose experiment's records now name another one
-  stops too. Queued experiments (`dvc exp run --queue`, then `dvc queue start`) run in folders of their own
-  and are not concerned.
+  stops too. Queued experiments (`dvc exp run --queue`, then `dvc queue start`) run in folders of their own and
+  are not concerned.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import psutil
 
 from toksel.config import params_digest
 from toksel.errors import ToksError
+from toksel.processes import Process
 
 LOCK = Path("dvc.lock")
 LOCK_COPY = Path(".dvc") / "tmp" / "toksel-dvc.lock"  # dvc.lock as it was when DVC started the last stage
@@ -41,12 +42,8 @@ def keep_lock_copy() -> None:
     about 0.4 s of writing for this pipeline's); a kill in that window leaves it cut, and every later `dvc repro`
     refuses to start. At a stage's start the file is whole: DVC wrote it before it started the stage.
     `python -m tools.heal_lock` (which `make repro` runs first) puts this copy back in place of a cut file."""
-    if not os.environ.get("DVC_STAGE") or not LOCK.is_file():
-        return
-    LOCK_COPY.parent.mkdir(parents=True, exist_ok=True)
-    partial = LOCK_COPY.with_name(f"{LOCK_COPY.name}.{os.getpid()}")
-    partial.write_bytes(LOCK.read_bytes())
-    partial.replace(LOCK_COPY)
+    if os.environ.get("DVC_STAGE") and LOCK.is_file():
+        _replace(LOCK_COPY, LOCK.read_bytes())
 
 
 def check_params_unchanged(path: Path, digest_read: str) -> None:
@@ -92,34 +89,29 @@ def check_experiment_alone() -> None:
         raise ToksError(f"{other} was started in this workspace while experiment {name!r} ran, and DVC let it "
                         f"rewrite {name!r}'s records (params.yaml may hold its parameters now): {name!r} stops "
                         f"here, before this stage's outputs; {ONE_AT_A_TIME}")
-    ours = {"name": name, "pid": dvc_pid, "started": psutil.Process(dvc_pid).create_time()}
+    ours = {"name": name, "process": str(Process.of(dvc_pid))}
     claim = _read_claim()
     # Told apart by their DVC processes, not their names: `dvc exp run -n same` twice is two experiments too.
-    if claim is not None and _dvc_process(claim) != _dvc_process(ours) and _alive(claim):
-        raise ToksError(f"experiment {claim.get('name')!r} is running in this workspace (DVC PID {claim.get('pid')}):"
-                        f" experiment {name!r} stops; {ONE_AT_A_TIME}")
+    if claim is not None and claim["process"] != ours["process"] and Process.parse(claim["process"]).running():
+        raise ToksError(f"experiment {claim.get('name')!r} is running in this workspace (DVC PID "
+                        f"{Process.parse(claim['process']).pid}): experiment {name!r} stops; {ONE_AT_A_TIME}")
     if claim != ours:
-        CLAIM.parent.mkdir(parents=True, exist_ok=True)
-        partial = CLAIM.with_name(f"{CLAIM.name}.{os.getpid()}")
-        partial.write_text(json.dumps(ours))
-        partial.replace(CLAIM)
+        _replace(CLAIM, json.dumps(ours).encode())
 
 
 def _read_claim() -> dict | None:
+    """The claim on the workspace, or None where there is none, or one that is not a claim (no process named)."""
     try:
         claim = json.loads(CLAIM.read_text())
-    except (OSError, ValueError):
+        Process.parse(claim["process"])
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    return claim if isinstance(claim, dict) else None
+    return claim
 
 
-def _dvc_process(claim: dict) -> tuple[object, object]:
-    return claim.get("pid"), claim.get("started")
-
-
-def _alive(claim: dict) -> bool:
-    """Whether the DVC process of a claim still runs (the same process: its PID may have been reused since)."""
-    try:
-        return abs(psutil.Process(int(claim["pid"])).create_time() - float(claim["started"])) < 0.01
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return False
+def _replace(path: Path, content: bytes) -> None:
+    """`path` holds `content`, whole: written beside it, then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_bytes(content)
+    partial.replace(path)
