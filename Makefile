@@ -66,7 +66,7 @@ mlflow-server: $(STAMP) postgres
 
 # The report (make repro) opens in headless Chromium with every figure loaded.
 check-report: $(STAMP) chromium
-	$(BIN)/python -m toksel.render_check results/report/report.html
+	$(BIN)/python -m toksel.report.render_check results/report/report.html
 
 # Every benchmark on full IMDB, written to benchmarks/results.md (needs `dvc repro one_step@imdb`, i.e. the data
 # mirror or the Hub, and the stages' metrics for the peak-memory table); about 24 minutes here.

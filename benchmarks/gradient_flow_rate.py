@@ -20,10 +20,10 @@ from benchmarks.timing import timed
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import read_npz
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
-from toksel.paths import results_dir, seed_dir
+from toksel.runtime.io import read_npz
+from toksel.runtime.paths import results_dir, seed_dir
 from toksel.theory.gradient_flow import FlowField
 
 STEPS = 100

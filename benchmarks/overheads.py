@@ -2,9 +2,8 @@
 the full-batch pass in p on numba against torch.
 
 - Fixed cost of a stage kind: a fresh process that imports the stage's module and runs `run_stage` with a body
-  that does nothing (config, MLflow run under a pipeline parent, its parameters and its end), timed from outside,
-  beside the same process that only imports the module; the MLflow store reached through its companion process
-  (tracker.py), and opened by the process itself. Runs go to the MLflow experiment `toksel-benchmarks`.
+  that does nothing (config, its run record, written with the stage's outputs), timed from outside, beside the same
+  process that only imports the module. It runs in a throw-away project folder: its records touch nothing here.
 - Training step floor: the bytes a trained-E step of the `train` stage must move at least (read E once for the
   products, write its gradient once, and the fused AdamW's four reads and three writes of E-sized arrays) at the
   read bandwidth measured here.
@@ -15,8 +14,10 @@ the full-batch pass in p on numba against torch.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,6 @@ from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = "toksel-benchmarks"
 # stage -> the arguments of its cheapest real invocation (the synthetic data, one seed)
 STAGES = {
     "prepare": ["dataset=synthetic"], "one_step": ["dataset=synthetic"], "gradient_flow": ["dataset=synthetic"],
@@ -41,9 +41,10 @@ STAGES = {
 }
 NOTHING = """
 import sys
+import tempfile
 from importlib import import_module
 stage = import_module("pipelines." + sys.argv[1])
-from toksel.cli import run_stage
+from toksel.runtime.cli import run_stage
 sys.exit(run_stage(sys.argv[1], stage.SECTIONS, lambda config, run: None, sys.argv[2:]))
 """
 
@@ -53,27 +54,25 @@ class FixedCost:
     stage: str
     imports: float  # median seconds of a process that imports the stage's module
     total: float  # median seconds of a process that also runs run_stage with a body that does nothing
-    total_own_store: float  # the same, the stage opening the MLflow store itself (TOKSEL_TRACKER=0)
 
 
-def _process_seconds(code: str, args: list[str], repeats: int, companion: bool = True) -> float:
-    """companion: the store reached through its companion process (started by the warm-up run, as by the first
-    stage of a pipeline), else opened by the process itself."""
-    environment = {**os.environ, "MLFLOW_EXPERIMENT_NAME": EXPERIMENT, "TOKSEL_PROGRESS": "0",
-                   "TOKSEL_PIPELINE_ID": "benchmarks", "TOKSEL_TRACKER": "1" if companion else "0"}
+def _process_seconds(code: str, args: list[str], repeats: int, project: Path) -> float:
+    environment = {**os.environ, "TOKSEL_PROGRESS": "0", "TOKSEL_PIPELINE_ID": "benchmarks", "PYTHONPATH": str(ROOT)}
 
     def run() -> None:
-        subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=environment, check=True,
+        subprocess.run([sys.executable, "-c", code, *args], cwd=project, env=environment, check=True,
                        capture_output=True)
 
     return timed(run, repeats, warm_up=True).median
 
 
 def fixed_costs(repeats: int) -> list[FixedCost]:
-    return [FixedCost(stage, _process_seconds(f"import pipelines.{stage}", [], repeats),
-                      _process_seconds(NOTHING, [stage, *args], repeats),
-                      _process_seconds(NOTHING, [stage, *args], repeats, companion=False))
-            for stage, args in STAGES.items()]
+    with tempfile.TemporaryDirectory() as folder:
+        project = Path(folder)
+        shutil.copy(ROOT / "params.yaml", project / "params.yaml")
+        return [FixedCost(stage, _process_seconds(f"import pipelines.{stage}", [], repeats, project),
+                          _process_seconds(NOTHING, [stage, *args], repeats, project))
+                for stage, args in STAGES.items()]
 
 
 def training_step_floor(E_bytes: int, bandwidth: float) -> float:

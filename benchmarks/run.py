@@ -26,14 +26,14 @@ import torch
 from benchmarks import gradient_flow_rate, overheads, repro_timing, training
 from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
 from benchmarks.timing import timed
-from toksel.config import first_seeds, load_config
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.prepared import prepare_text
 from toksel.data.token_table import read_token_table
-from toksel.io import read_npz
 from toksel.models.fused import FusedBags
-from toksel.paths import results_dir, seed_dir
+from toksel.runtime.config import first_seeds, load_config
+from toksel.runtime.io import read_npz
+from toksel.runtime.paths import results_dir, seed_dir
 
 DATASET = "imdb"
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,16 +210,14 @@ def lightning(windows: int) -> list[str]:
 def fixed_cost(repeats: int) -> list[str]:
     costs = overheads.fixed_costs(repeats)
     lines = ["A fresh process per stage kind (as DVC starts it, without DVC's own cost): importing the stage's module, "
-             "and importing it then running `run_stage` with a body that does nothing (config, the MLflow run under "
-             "its pipeline parent, parameters, end), the MLflow store reached through its companion process (started "
-             "by a warm-up run, as by a pipeline's first stage) or opened by the stage itself (`TOKSEL_TRACKER=0`, "
-             f"what every stage did before the companion). Median of {repeats} runs each, the synthetic dataset.", "",
-             "| stage kind | import only | import + run_stage, nothing done | of which run_stage | "
-             "the same, the stage opening the store | of which run_stage |",
-             "|---|---|---|---|---|---|"]
+             "and importing it then running `run_stage` with a body that does nothing (config, its run record "
+             "written with its outputs; no stage opens MLflow). Median of "
+             f"{repeats} runs each, the synthetic dataset.", "",
+             "| stage kind | import only | import + run_stage, nothing done | of which run_stage |",
+             "|---|---|---|---|"]
     for cost in costs:
-        lines.append(f"| {cost.stage} | {cost.imports:.2f} s | {cost.total:.2f} s | {cost.total - cost.imports:.2f} s "
-                     f"| {cost.total_own_store:.2f} s | {cost.total_own_store - cost.imports:.2f} s |")
+        own = cost.total - cost.imports
+        lines.append(f"| {cost.stage} | {cost.imports:.2f} s | {cost.total:.2f} s | {own:.2f} s |")
     return lines
 
 

@@ -19,14 +19,14 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from toksel.config import Config
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import read_npz
-from toksel.memory import keep_freed_memory
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.paths import results_dir, seed_dir
+from toksel.runtime.config import Config
+from toksel.runtime.io import read_npz
+from toksel.runtime.memory import keep_freed_memory
+from toksel.runtime.paths import results_dir, seed_dir
 from toksel.training import classifier
 from toksel.training.classifier import BagClassifier, ClassifierModule
 from toksel.training.data import PackedDataModule

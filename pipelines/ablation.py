@@ -15,27 +15,29 @@ import sys
 
 import torch
 
-from toksel.cli import run_stage, show_progress
-from toksel.config import Config, params_hash
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import file_digest
-from toksel.measurements import curve_settings
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.paths import results_dir, seed_dir
-from toksel.tracking import StageRun
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config, params_hash
+from toksel.runtime.io import file_digest
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.progress import show_progress
+from toksel.runtime.records import RunRecord
 from toksel.training.fit import checkpoint_dir, parameter_dtype
 from toksel.training.protocol import train_with_control
 from toksel.training.record import record_fit
 from toksel.training.sequence_classifier import SequenceModule
 from toksel.training.sequence_data import SequenceDataModule
 
-SECTIONS = ("base.seeds", "base.data_seed", "train", "sequence")
+SECTIONS = STAGE_SECTIONS["ablation"]
 SCORE_LABELS = {"two_layer_kq": "$p^T W_{KQ}^{(2)} E_s$"}  # the rebuttal's plotted score with a trained W_KQ^(2)
 
 
-def ablation(config: Config, run: StageRun) -> None:
+def ablation(config: Config, run: RunRecord) -> None:
     settings, training, dataset, seed = config.sequence, config.train, config.dataset, config.seed
     scale, variant = settings.profile, f"{dataset}/{settings.variant}"
     run.set_tag("variant", settings.variant)

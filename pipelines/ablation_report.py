@@ -14,20 +14,21 @@ import sys
 
 import pandas as pd
 
-from toksel import markdown
-from toksel.claims import BY_ID, CLAIMS, assess, measure
-from toksel.cli import run_stage
-from toksel.comparison import variants_comparison
-from toksel.config import Config
-from toksel.io import read_json, require_output, write_csv, write_json, write_text
-from toksel.measurements import seed_metrics
-from toksel.paths import results_dir, seed_dir
-from toksel.plots import rebuttal_figure, save_figure
-from toksel.rebuttal import compare_with_tables
-from toksel.report import Row, markdown_table
-from toksel.tracking import StageRun
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure
+from toksel.claims.measurements import seed_metrics
+from toksel.claims.rebuttal import compare_with_tables
+from toksel.report import markdown
+from toksel.report.comparison import variants_comparison
+from toksel.report.document import Row, markdown_table
+from toksel.report.plots import rebuttal_figure, save_figure
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.io import read_json, require_output, write_csv, write_json, write_text
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.records import RunRecord
 
-SECTIONS = ("base.seeds", "train.seeds", "ablation", "sequence", "report")
+SECTIONS = STAGE_SECTIONS["ablation_report"]
 OUT = results_dir("ablation_report", "")
 
 
@@ -35,7 +36,7 @@ def _bins(folder, seed: int) -> pd.DataFrame:
     return pd.read_csv(require_output(seed_dir(folder, seed) / "bins.csv", producer=folder.parts[1]))
 
 
-def ablation_report(config: Config, run: StageRun) -> None:
+def ablation_report(config: Config, run: RunRecord) -> None:
     settings, seeds = config.ablation, config.training_seeds
     variants = {(dataset, variant): seed_metrics(results_dir("ablation", f"{dataset}/{variant}"), seeds)
                 for dataset in settings.datasets for variant in settings.variants}
@@ -65,7 +66,7 @@ def ablation_report(config: Config, run: StageRun) -> None:
     comparison = pd.concat(rows, ignore_index=True)
     write_csv(OUT / "comparison.csv", comparison)
     save_figure(rebuttal_figure(curves), OUT / "rebuttal_tables.png")
-    run.log_artifact(OUT / "rebuttal_tables.png", "figures")
+    run.log_artifact(OUT / "rebuttal_tables.png")
     one_step = read_json(seed_dir(results_dir("one_step", settings.multiclass), seeds[0]) / "metrics.json",
                          "one_step")
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]

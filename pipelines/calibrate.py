@@ -2,8 +2,8 @@
 paper's size, how often it holds at half of it, and its false-positive rate on a realistic null, each with its
 95 % interval. The theory's families run on small synthetic data (calibration.synthetic), the training families
 on each dataset their claims are judged on (its own token statistics; the seed-to-seed spread of its runs for
-the accuracy gap). Writes results/calibration/: calibration.json (the report's table), summary.md, metrics.json
-and rates.png.
+the accuracy gap). Writes results/calibration/: calibration.json, metrics.json and rates.png; the report renders
+calibration.json as its table (this stage renders nothing, so editing how the report looks never reruns it).
 """
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ import sys
 
 from tqdm import tqdm
 
+from pipelines.sections import STAGE_SECTIONS
 from toksel.calibration.curves import TokenPopulation
 from toksel.calibration.families import FAMILIES, DataAnswers, row, theory_answers, uncalibrated_rows
-from toksel.claims import BY_ID, in_scope
-from toksel.cli import run_stage, show_progress
-from toksel.config import Config, load_config
+from toksel.claims.catalogue import BY_ID, in_scope
+from toksel.claims.measurements import MATCHED, grid_runs
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import write_json
-from toksel.markdown import table
-from toksel.measurements import MATCHED, grid_runs
-from toksel.paths import results_dir
-from toksel.plots import calibration_figure, save_figure
-from toksel.report import CALIBRATION_HEADER, CALIBRATION_NOTE, calibration_rows, publish_summary
-from toksel.tracking import StageRun
+from toksel.report.plots import calibration_figure, save_figure
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config, load_config
+from toksel.runtime.io import write_json
+from toksel.runtime.paths import results_dir
+from toksel.runtime.progress import show_progress
+from toksel.runtime.records import RunRecord
 
-SECTIONS = ("base.seeds", "train", "gradient_flow", "calibration", "report", "evaluate", "ablation")
+SECTIONS = STAGE_SECTIONS["calibrate"]
 OUT = results_dir("calibration", "")
 
 
@@ -49,7 +49,7 @@ def accuracy_spread(dataset: str, config: Config) -> float | None:
     return statistics.fmean(statistics.variance(values) for values in arms) ** 0.5
 
 
-def calibrate(config: Config, run: StageRun) -> None:
+def calibrate(config: Config, run: RunRecord) -> None:
     rows = []
     with tqdm(total=config.calibration.replicates, desc="calibration: the theory's replicates",
               disable=not show_progress()) as bar:
@@ -76,15 +76,14 @@ def calibrate(config: Config, run: StageRun) -> None:
     rows += uncalibrated_rows()
     write_json(OUT / "calibration.json", rows)
     save_figure(calibration_figure(rows), OUT / "rates.png")
-    run.log_artifact(OUT / "rates.png", "figures")
-    summary = "\n".join(["# How each verdict rule is calibrated", "", CALIBRATION_NOTE, "",
-                         *table(CALIBRATION_HEADER, calibration_rows(rows)), "", "![rates](rates.png)"]) + "\n"
+    run.log_artifact(OUT / "rates.png")
+    run.log_artifact(OUT / "calibration.json")
     metrics = {f"{item['family']}_{item['data']}_{condition}": item[condition]["rate"] for item in rows
                for condition in ("power", "half", "null") if condition in item}
     judged = [item for item in rows if "power" in item]
     metrics |= {"families_calibrated": float(sum(item["calibrated"] for item in judged)),
                 "families_measured": float(len(judged))}
-    publish_summary(run, OUT, summary, metrics)
+    run.record_metrics(OUT / "metrics.json", metrics)
 
 
 def main(argv: list[str] | None = None) -> int:

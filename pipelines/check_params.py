@@ -3,25 +3,60 @@
 Every `prepare` stage depends on this stage's output, so in `dvc repro` (and `dvc exp run -S ...`) it runs first
 whenever params.yaml changes. A rejected value stops the pipeline here, with one line and exit code 2, before
 DVC deletes the outputs of the stages that read the value, and before a dataset key that is no valid name
-reaches a stage's command line. Its output changes only with the verdict, so passing again re-runs nothing.
+reaches a stage's command line. Its verdict changes only with itself, so passing again re-runs nothing.
+
+It also writes, for each stage of dvc.yaml, the values that stage reads (pipelines/sections.py) as they are for it,
+after its dataset's overrides and its command line: results/check_params/settings/<stage name>.json, the stage's
+DVC dependency on the parameters. A stage reruns when such a value changes, and only then: with
+`dvc exp run -S one_step.eta0=50`, a dataset whose own entry sets eta0 keeps its file, and its stages stay.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from pathlib import Path
 
-from toksel.config import load_config
-from toksel.errors import ToksError
-from toksel.io import write_text
+from pipelines.sections import STAGE_SECTIONS
+from toksel.runtime.config import load_config
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import write_json, write_text
 
 VERDICT = Path("results") / "check_params" / "valid.txt"
+SETTINGS = Path("results") / "check_params" / "settings"
+STAGE_COMMAND = re.compile(r"python -m pipelines\.(\w+)(.*)")
+
+
+def stage_commands(project: Path = Path(".")) -> dict[str, str]:
+    """Each stage of the project's dvc.yaml, as DVC names it (one_step@imdb, ablation@yelp_polarity-mlp), with its
+    command, as DVC resolves them ({} without a dvc.yaml: a stage run by hand, a test)."""
+    if not (project / "dvc.yaml").exists():
+        return {}
+    from dvc.repo import Repo  # a second of importing, only here
+
+    with Repo(str(project)) as repo:
+        return {stage.name: stage.cmd for stage in repo.index.stages}
+
+
+def write_settings(commands: dict[str, str]) -> int:
+    """The settings file of every stage that reads settings; how many were written."""
+    written = 0
+    for name, command in commands.items():
+        match = STAGE_COMMAND.fullmatch(command.strip())
+        if match is None or match[1] not in STAGE_SECTIONS:
+            continue
+        config = load_config(shlex.split(match[2]))
+        write_json(SETTINGS / f"{name}.json", config.sections(STAGE_SECTIONS[match[1]]))
+        written += 1
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         load_config(argv)  # every dataset entry is validated too, whichever one runs
+        write_settings(stage_commands())
     except ToksError as error:
         print(f"check_params: {error}", file=sys.stderr)
         return 2

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import sys
 
-from toksel.claims import BY_ID, assess, claim_metrics
-from toksel.cli import run_stage
-from toksel.comparison import training_comparison
-from toksel.config import EMBEDDINGS, Config
-from toksel.io import write_json
-from toksel.markdown import number
-from toksel.measurements import MATCHED, dataset_measurements, dataset_runs, grid_runs, mean_over_seeds
-from toksel.paths import results_dir
-from toksel.report import PROTOCOL_NOTE, Row, markdown_table, publish_summary
-from toksel.tracking import StageRun
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.catalogue import BY_ID, assess, claim_metrics
+from toksel.claims.measurements import MATCHED, dataset_measurements, dataset_runs, grid_runs, mean_over_seeds
+from toksel.report.comparison import training_comparison
+from toksel.report.document import PROTOCOL_NOTE, Row, markdown_table, publish_summary
+from toksel.report.markdown import number
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import EMBEDDINGS, Config
+from toksel.runtime.io import write_json
+from toksel.runtime.paths import results_dir
+from toksel.runtime.records import RunRecord
 
-SECTIONS = ("base.seeds", "data", "train", "ablation.multiclass", "report")
+SECTIONS = STAGE_SECTIONS["compare"]
 
 
-def compare(config: Config, run: StageRun) -> None:
+def compare(config: Config, run: RunRecord) -> None:
     dataset = config.dataset
     runs = grid_runs(dataset, config, MATCHED)  # the claims' protocol: every arm at train.lr
     details = {"accuracy_gap": f"test accuracy {number(mean_over_seeds(runs, 'trained', 'test_accuracy'))} "

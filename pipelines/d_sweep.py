@@ -15,19 +15,21 @@ import sys
 import numpy as np
 import pandas as pd
 
-from toksel.cli import run_stage, show_progress
-from toksel.config import Config, params_hash
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
-from toksel.io import file_digest, read_json, write_csv
-from toksel.measurements import curve_settings
-from toksel.paths import results_dir, seed_dir
-from toksel.plots import d_sweep_figure, save_figure
-from toksel.tracking import StageRun
+from toksel.report.plots import d_sweep_figure, save_figure
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config, params_hash
+from toksel.runtime.io import file_digest, read_json, write_csv
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.progress import show_progress
+from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
 from toksel.training.fit import checkpoint_dir
 from toksel.training.protocol import train_with_control
 
-SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train", "d_sweep")
+SECTIONS = STAGE_SECTIONS["d_sweep"]
 SWEPT = ("trained", "untrained")  # E trained, E frozen at its random initialisation
 KEPT = ("test_accuracy", "test_loss", "lr", "lr_at_edge", "epochs")
 
@@ -45,7 +47,7 @@ def train_stage_rows(dataset: str, config: Config, vocabulary: dict[int, int]) -
     return rows
 
 
-def d_sweep(config: Config, run: StageRun) -> None:
+def d_sweep(config: Config, run: RunRecord) -> None:
     dataset, settings = config.dataset, config.train
     rows, vocabulary = [], {}
     for seed in config.training_seeds:
@@ -70,7 +72,7 @@ def d_sweep(config: Config, run: StageRun) -> None:
     write_csv(out / "sweep.csv", sweep)
     means = sweep.groupby(["d", "arm"])["test_accuracy"].mean().unstack()
     save_figure(d_sweep_figure(sweep, dataset), out / "accuracy.png")
-    run.log_artifact(out / "accuracy.png", "figures")
+    run.log_artifact(out / "accuracy.png")
     metrics = {f"d{d}": {f"{arm}_test_accuracy": means.loc[d, arm] for arm in SWEPT if arm in means}
                | {"gap": means.loc[d, "trained"] - means.loc[d, "untrained"]} for d in means.index}
     gaps = np.array([values["gap"] for values in metrics.values()])

@@ -11,16 +11,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from toksel.claims import BY_ID, assess, claim_metrics
-from toksel.cli import run_stage
-from toksel.config import Config
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.catalogue import BY_ID, assess, claim_metrics
+from toksel.claims.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.data.draws import data_dir
 from toksel.data.token_table import TokenTable, read_token_table
-from toksel.io import read_json, read_npz, require_output, write_csv, write_json
-from toksel.markdown import number
-from toksel.measurements import dataset_measurements, dataset_runs, mean_over_seeds
-from toksel.paths import results_dir, seed_dir
-from toksel.plots import (
+from toksel.report.document import Row, markdown_table, publish_summary
+from toksel.report.markdown import number
+from toksel.report.plots import (
     gradient_flow_figure,
     multiclass_one_step_figure,
     multiclass_token_scores_figure,
@@ -28,10 +26,13 @@ from toksel.plots import (
     save_figure,
     token_scores_figure,
 )
-from toksel.report import Row, markdown_table, publish_summary
-from toksel.tracking import StageRun
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.io import read_json, read_npz, require_output, write_csv, write_json
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.records import RunRecord
 
-SECTIONS = ("base.seeds", "data", "model", "evaluate")
+SECTIONS = STAGE_SECTIONS["evaluate"]
 TOP_WORDS = 12  # words listed per score
 
 
@@ -97,7 +98,7 @@ def details(runs: dict, binary: bool) -> dict[str, str]:
     }
 
 
-def evaluate(config: Config, run: StageRun) -> None:
+def evaluate(config: Config, run: RunRecord) -> None:
     dataset, first = config.dataset, config.base.seeds[0]
     tokens = read_token_table(data_dir(dataset, first) / "tokens.csv")  # the draw of the seed the figures show
     step_folder, flow_folder = (seed_dir(results_dir(stage, dataset), first) for stage in ("one_step", "gradient_flow"))
@@ -115,7 +116,7 @@ def evaluate(config: Config, run: StageRun) -> None:
     figures["gradient_flow.png"] = gradient_flow_figure(history, gradient_flow.get("max_margin_norm") or float("nan"))
     for name, figure in figures.items():
         save_figure(figure, out / name)
-        run.log_artifact(out / name, "figures")
+        run.log_artifact(out / name)
 
     runs = dataset_runs(dataset, config)
     measurements = dataset_measurements(dataset, config, "evaluate", details(runs, tokens.binary))

@@ -12,23 +12,25 @@ import sys
 import numpy as np
 import pandas as pd
 
-from toksel.claims import BY_ID
-from toksel.cli import run_stage, show_progress
-from toksel.config import Config
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.catalogue import BY_ID
+from toksel.claims.measurements import regime
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import read_npz, write_csv, write_npz
-from toksel.measurements import regime
-from toksel.paths import results_dir, seed_dir
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.io import read_npz, write_csv, write_npz
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.progress import show_progress
+from toksel.runtime.records import RunRecord
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
 from toksel.theory.one_step import EmbeddingUpdate
-from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "model", "gradient_flow")
+SECTIONS = STAGE_SECTIONS["gradient_flow"]
 
 
-def gradient_flow(config: Config, run: StageRun) -> None:
+def gradient_flow(config: Config, run: RunRecord) -> None:
     data, seed = data_dir(config.dataset, config.seed), config.seed
     embeddings = read_npz(seed_dir(results_dir("one_step", config.dataset), seed) / "embeddings.npz",
                           producer="one_step")

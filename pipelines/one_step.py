@@ -10,21 +10,22 @@ from __future__ import annotations
 import math
 import sys
 
-from toksel.cli import run_stage
-from toksel.config import Config
+from pipelines.sections import STAGE_SECTIONS
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.errors import ToksError
-from toksel.io import write_npz
-from toksel.paths import results_dir, seed_dir
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import write_npz
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.records import RunRecord
 from toksel.theory.one_step import one_step_from_initialisation
-from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step")
+SECTIONS = STAGE_SECTIONS["one_step"]
 
 
-def one_step(config: Config, run: StageRun) -> None:
+def one_step(config: Config, run: RunRecord) -> None:
     data = data_dir(config.dataset, config.seed)
     step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
                                         config.model.d, config.seed, config.one_step.eta0,

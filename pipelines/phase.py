@@ -23,25 +23,25 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from toksel.cli import run_stage
-from toksel.config import Config
+from pipelines.sections import STAGE_SECTIONS
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.errors import ToksError
-from toksel.paths import phase_cell_key, phase_row_dir
-from toksel.processes import stopping_early
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.errors import ToksError
+from toksel.runtime.paths import phase_cell_key, phase_row_dir
+from toksel.runtime.processes import stopping_early
+from toksel.runtime.records import RunRecord, flatten
 from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
 from toksel.theory.phase import bracketing, measured_window
-from toksel.tracking import StageRun, flatten
 
-SECTIONS = ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon", "phase.tolerance",
-            "evaluate.min_selection_fraction")
+SECTIONS = STAGE_SECTIONS["phase"]
 PARALLEL_CELLS = 2
 
 
-def phase_row(config: Config, run: StageRun) -> None:
+def phase_row(config: Config, run: RunRecord) -> None:
     if config.data.source != "synthetic" or config.data.synthetic.mode != "assumption1":
         raise ToksError(f"phase.dataset = {config.dataset!r} is not assumption1 synthetic data: the phase diagram "
                         "needs known important tokens and the max-margin QP (set phase.dataset=synthetic)")

@@ -19,21 +19,22 @@ import sys
 import numpy as np
 import pandas as pd
 
-from toksel import markdown
-from toksel.claims import BY_ID, measure
-from toksel.cli import run_stage
-from toksel.config import Config
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.catalogue import BY_ID, measure
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.errors import ToksError
-from toksel.io import read_json, write_csv, write_json
-from toksel.paths import phase_cell_key, phase_row_dir, results_dir
-from toksel.plots import phase_heatmap, power_law_figure, save_figure
-from toksel.report import publish_summary
+from toksel.report import markdown
+from toksel.report.document import publish_summary
+from toksel.report.plots import phase_heatmap, power_law_figure, save_figure
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import read_json, write_csv, write_json
+from toksel.runtime.paths import phase_cell_key, phase_row_dir, results_dir
+from toksel.runtime.records import RunRecord
 from toksel.theory.phase import Window, edge_factor, fit_power_law, measured_window, predicted_window
-from toksel.tracking import StageRun
 
-SECTIONS = ("base.seeds", "phase", "evaluate")
+SECTIONS = STAGE_SECTIONS["phase_diagram"]
 OUT = results_dir("phase_diagram", "")
 COLUMNS = ("d", "eta0", "seed", "selection_fraction", "selection_any_fraction", "cos_max_margin", "margin_ratio",
            "loss", "p_norm", "one_step_orthogonal_ratio", "one_step_slope_rel_error", "one_step_slope",
@@ -103,7 +104,7 @@ def seed_values(cells: pd.DataFrame, mean_abs_alpha: float) -> dict[str, float |
     return values
 
 
-def phase_diagram(config: Config, run: StageRun) -> None:
+def phase_diagram(config: Config, run: RunRecord) -> None:
     settings, thresholds, seeds = config.phase, config.evaluate, config.base.seeds
     grid = read_grid(config)
     alphas = {}
@@ -158,7 +159,7 @@ def phase_diagram(config: Config, run: StageRun) -> None:
     }
     for name, figure in figures.items():
         save_figure(figure, OUT / name)
-        run.log_artifact(OUT / name, "figures")
+        run.log_artifact(OUT / name)
     summary = _summary(config, first, mean_abs_alpha, rows, metrics, list(figures))
     publish_summary(run, OUT, summary, metrics, shown_until="\n\n![")
 

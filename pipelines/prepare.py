@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import sys
 
-from toksel.cli import run_stage
-from toksel.config import Config
+from pipelines.sections import STAGE_SECTIONS
 from toksel.data.draws import draw_seed, draws, write_manifest
 from toksel.data.prepared import prepare_synthetic, prepare_text, summary_metrics
 from toksel.data.token_table import write_token_table
-from toksel.paths import processed_dir, results_dir
-from toksel.tracking import StageRun, flatten
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.paths import processed_dir, results_dir
+from toksel.runtime.records import RunRecord, flatten
 
-SECTIONS = ("base.data_seed", "base.seeds", "data")
+SECTIONS = STAGE_SECTIONS["prepare"]
 
 
-def prepare(config: Config, run: StageRun) -> None:
+def prepare(config: Config, run: RunRecord) -> None:
     folders = draws(config.data, config.base.seeds)
     metrics = {}
     for name, seed in folders.items():

@@ -1,7 +1,7 @@
-"""Stage `report`: every claim of the paper and the rebuttal, and ours, in one place (toksel.report).
+"""Stage `report`: every claim of the paper and the rebuttal, and ours, in one place (toksel.report.document).
 
 Reads the measurements the stages wrote under results/ (claims.json; a claim whose stage has not run says so),
-judges each with the registry (toksel.claims) and the thresholds of params.yaml, and writes results/report/:
+judges each with the registry (toksel.claims.catalogue) and the thresholds of params.yaml, and writes results/report/:
 report.md (figures linked), report.html (self-contained: figures embedded), verdicts.png (the forest plot) and
 metrics.json (how many claims hold, fail, are inconclusive; how many controls fail). Both reports are
 artifacts of the pipeline's parent MLflow run.
@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from toksel.cli import run_stage
-from toksel.config import Config
-from toksel.io import write_text
-from toksel.paths import results_dir
-from toksel.plots import save_figure, verdicts_figure
-from toksel.readings import all_shown, readings_html, readings_markdown
-from toksel.report import (
+from pipelines.sections import STAGE_SECTIONS
+from toksel.report.document import (
     d_sweep_rows,
     figures,
     flow_checks,
@@ -32,14 +27,20 @@ from toksel.report import (
     sensitivity,
     tally,
 )
-from toksel.tracking import StageRun
+from toksel.report.plots import save_figure, verdicts_figure
+from toksel.report.readings import all_shown, readings_html, readings_markdown
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config
+from toksel.runtime.io import write_text
+from toksel.runtime.paths import results_dir
+from toksel.runtime.records import RunRecord
 
-SECTIONS = ("base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase", "d_sweep")
+SECTIONS = STAGE_SECTIONS["report"]
 OUT = results_dir("report", "")
 TITLE = "toksel: the paper's claims in our runs"
 
 
-def report(config: Config, run: StageRun) -> None:
+def report(config: Config, run: RunRecord) -> None:
     measurements = read_measurements()
     sections, found = rows(config, measurements), sensitivity(config, measurements)
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
@@ -53,8 +54,8 @@ def report(config: Config, run: StageRun) -> None:
     write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, readings_html(reviews),
                                               calibration, notes, sweep))
     for name in ("report.md", "report.html"):
-        run.log_pipeline_artifact(OUT / name)
-    run.log_artifact(OUT / "verdicts.png", "figures")
+        run.log_artifact(OUT / name, pipeline=True)
+    run.log_artifact(OUT / "verdicts.png")
     counts = tally(sections)
     run.record_metrics(OUT / "metrics.json", counts)
     print(f"report: {headline(counts)} {OUT / 'report.html'}")

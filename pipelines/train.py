@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import sys
 
-from toksel.cli import run_stage, show_progress
-from toksel.config import Config, params_hash
+from pipelines.sections import STAGE_SECTIONS
+from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
-from toksel.io import file_digest, write_csv
-from toksel.measurements import curve_settings
-from toksel.paths import results_dir, seed_dir
-from toksel.tracking import StageRun
+from toksel.runtime.cli import run_stage
+from toksel.runtime.config import Config, params_hash
+from toksel.runtime.io import file_digest, write_csv
+from toksel.runtime.paths import results_dir, seed_dir
+from toksel.runtime.progress import show_progress
+from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
 from toksel.training.fit import checkpoint_dir
 from toksel.training.protocol import train_with_control
 from toksel.training.record import record_fit
 
-SECTIONS = ("base.seeds", "base.data_seed", "model", "one_step", "train")
+SECTIONS = STAGE_SECTIONS["train"]
 
 
-def train(config: Config, run: StageRun) -> None:
+def train(config: Config, run: RunRecord) -> None:
     settings, dataset, seed = config.train, config.dataset, config.seed
     folder = data_dir(dataset, seed)
     arms = Arms(config, folder, seed, config.model.d)

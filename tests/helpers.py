@@ -48,6 +48,18 @@ def throwaway_project(tmp_path_factory: pytest.TempPathFactory, **env: str) -> I
         yield project
 
 
+def published_runs(project: Path, filter_string: str = "") -> list:
+    """Publish the project's run records (as the pipeline's last stage does) and return the store's runs."""
+    from mlflow import MlflowClient
+
+    from toksel import publish
+
+    assert publish.main([]) == 0
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("toksel")
+    return client.search_runs([experiment.experiment_id], filter_string=filter_string, max_results=5000)
+
+
 def seed_folder(project: Path, stage: str, run: str, seed: int = 0) -> Path:
     """results/<stage>/<run>/seed<seed> of the project (run: a dataset, or <dataset>/<arm or variant>)."""
     return project / "results" / stage / run / f"seed{seed}"

@@ -11,11 +11,11 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import ablation, prepare
-from tests.helpers import TINY, seed_folder
-from toksel.config import SEQUENCE_VARIANTS
+from tests.helpers import TINY, published_runs, seed_folder
+from toksel.claims.rebuttal import TABLES, shape_agreement
 from toksel.models.one_layer import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.rebuttal import TABLES, shape_agreement
+from toksel.runtime.config import SEQUENCE_VARIANTS
 from toksel.training.sequence_classifier import SequenceModule
 
 SMALL = ["sequence.cpu.d=32", "sequence.batch_size=16", "train.max_epochs=4", "train.patience=4", "train.lr=0.02",
@@ -60,8 +60,8 @@ def test_the_ablation_stage_trains_a_two_layer_model_with_w_kq_and_records_it(pr
     assert {"centre_p", "mean_p", "std_p", "centre_v", "mean_v"} <= set(bins.columns)
     assert (out / "token_scores.png").stat().st_size > 10_000
     assert not (project / "checkpoints" / "ablation" / "synthetic" / "two_layer_kq" / "seed0").exists()
+    every = published_runs(project, "tags.stage = 'ablation'")
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    every = client.search_runs([client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'ablation'")
     runs = [run for run in every if "toksel.trial" not in run.data.tags]
     assert len(runs) == 1 and runs[0].data.tags["variant"] == "two_layer_kq" and runs[0].data.tags["seed"] == "0"
     assert runs[0].info.status == "FINISHED"

@@ -10,10 +10,10 @@ from benchmarks.dense import bag_gradients, dense_gradients, length_batches
 from benchmarks.gradient_flow_rate import entry_floor
 from benchmarks.timing import timed
 from tests.helpers import TINY
-from toksel.config import load_config
 from toksel.data.corpus import PackedSplit
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
+from toksel.runtime.config import load_config
 
 
 def test_batches_by_length_cover_every_row_once_within_the_budget():

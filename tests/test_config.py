@@ -1,14 +1,16 @@
 import dataclasses
+import json
 import re
+import shutil
 
 import pytest
 import yaml
 from omegaconf import MISSING, OmegaConf
 
-from pipelines import ablation, ablation_report, compare, evaluate, gradient_flow, one_step, prepare, report, train
+from pipelines import check_params, one_step, prepare
 from tests.helpers import ROOT
-from toksel.config import DATASET_SECTIONS, Config, load_config, params_hash
-from toksel.errors import ToksError
+from toksel.runtime.config import Config, load_config, params_hash
+from toksel.runtime.errors import ToksError
 
 
 def test_params_yaml_loads_with_its_defaults():
@@ -66,18 +68,22 @@ def test_stage_missing_its_input_exits_2_naming_the_stage_to_run(project, capsys
     assert len(error) == 1 and "run the prepare@synthetic stage first" in error[0]
 
 
-def test_each_stage_reads_exactly_the_params_dvc_tracks_for_it():
-    """DVC re-runs a stage when a section it lists changes: the list must match what the stage reads."""
-
+def test_each_stage_depends_on_the_settings_check_params_writes_for_it(project):
+    """A stage's DVC dependency on the parameters is its settings file: the values it reads, resolved for it."""
+    commands = check_params.stage_commands(ROOT)
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for module in (prepare, one_step, gradient_flow, evaluate, compare, train, ablation, ablation_report, report):
-        name = module.__name__.rsplit(".", 1)[-1]
-        if "foreach" in stages[name]:
-            listed, key = stages[name]["do"]["params"], "${key}"
-        else:  # a matrix over datasets, or a single stage
-            listed, key = stages[name]["params"], "${item.dataset}"
-        own = tuple(f"datasets.{key}.{section}" for section in module.SECTIONS if section in DATASET_SECTIONS)
-        assert tuple(listed) == module.SECTIONS + own, name
+    for name, stage in stages.items():
+        if name in ("check_params", "publish"):
+            continue
+        body = stage.get("do", stage)
+        assert not body.get("params"), name  # no section listed whole: DVC would rerun on a value it does not read
+        assert any(str(dep).startswith(f"results/check_params/settings/{name}") for dep in body["deps"]), name
+    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
+    assert check_params.write_settings(commands) == len(commands) - 2  # all but check_params and publish
+    settings = project / "results" / "check_params" / "settings"
+    assert json.loads((settings / "one_step@imdb.json").read_text())["model"]["d"] == 2048  # imdb's own d
+    assert json.loads((settings / "ablation@yelp_polarity-two_layer.json").read_text())["sequence"]["variant"] == \
+        "two_layer"  # its command line
 
 
 def test_help_lists_the_stage_keys_with_their_values(project, capsys):

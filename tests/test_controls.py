@@ -27,10 +27,10 @@ from pipelines import (
     train,
 )
 from tests.helpers import ROOT, TINY, throwaway_project
-from toksel.claims import BY_ID, assess, measure
-from toksel.config import load_config
+from toksel.claims.catalogue import BY_ID, assess, measure
 from toksel.data.corpus import PackedSplit
-from toksel.report import read_measurements
+from toksel.report.document import read_measurements
+from toksel.runtime.config import load_config
 
 pytestmark = pytest.mark.slow  # the whole tiny pipeline, three seeds: about 90 s
 

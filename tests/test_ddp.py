@@ -7,9 +7,9 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import train
-from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, seed_folder
-from toksel.config import load_config
-from toksel.errors import ToksError
+from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, published_runs, run_stage_process, seed_folder
+from toksel.runtime.config import load_config
+from toksel.runtime.errors import ToksError
 
 # batch 16 and 72 training rows: every batch splits evenly between two processes, the last (8 rows) too
 SETTINGS = [*TINY, *TINY_TRAIN, "train.accelerator=cpu"]
@@ -22,6 +22,7 @@ def _metrics(project) -> dict[str, float | None]:
 def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     assert train.main(SETTINGS) == 0
     single = _metrics(prepared)
+    published_runs(prepared)  # its records, before the second training replaces them
     # Lightning's ddp starts the other process by running the stage's command again: a process of its own here.
     done = run_stage_process("train", [*SETTINGS, "train.strategy=ddp", "train.devices=2"], prepared,
                              TOKSEL_PIPELINE_ID="ddp")
@@ -36,14 +37,14 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
             assert math.isclose(distributed[name], single[name], rel_tol=1e-4, abs_tol=1e-9), name
     assert distributed["test_accuracy"] == single["test_accuracy"]
 
+    every = published_runs(prepared, "tags.stage = 'train'")
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
-    every = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                               filter_string="tags.stage = 'train'")
     runs = [run for run in every if "toksel.trial" not in run.data.tags]  # the stages, not their arms and trials
     parents = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
     assert len(runs) == 2 and len(parents) == 2  # one run per training, the two-process one included
     assert len(every) == 8  # each with its arm, the arm's trial at the one learning rate and its control, logged once
-    ddp_parents = client.search_runs([runs[0].info.experiment_id], filter_string="tags.`toksel.pipeline_key` = 'ddp'")
+    ddp_parents = client.search_runs([runs[0].info.experiment_id],
+                                     "tags.`toksel.pipeline_key` = 'ddp' and tags.stage = 'pipeline'")
     assert len(ddp_parents) == 1
     ddp_stage = parents[ddp_parents[0].info.run_id]
     assert ddp_stage.info.status == "FINISHED" and ddp_stage.data.params["train.devices"] == "2"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import dvc, dvc_environment, tiny_dvc_project
-from toksel import workspace
+from toksel.runtime import workspace
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.helpers import ROOT, dvc, dvc_environment, run_dvc, stages_run, stages_stale
-from toksel.io import write_json
+from toksel.runtime.io import write_json
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +33,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     ablations = ["ablation-two_layer_kq"]  # ablation.variants: one of the four, to keep the test short
     assert first[:2] == ["check_params", "prepare"] and first.index("one_step") < first.index("gradient_flow")
     assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train"])
-    assert first.index("report") == len(first) - 1 and first.index("phase_diagram") > first.index("phase")
+    assert first[-2:] == ["report", "publish"] and first.index("phase_diagram") > first.index("phase")
     theory = ["phase", "phase_diagram", "report"]
     assert sorted(first) == sorted(["check_params", "prepare", "one_step", "gradient_flow", *training, "evaluate",
-                                    "compare", *ablations, "ablation_report", "calibrate", *theory])
+                                    "compare", *ablations, "ablation_report", "calibrate", *theory, "publish"])
     assert first.index("calibrate") < first.index("report")
     every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "d_sweep", "ablation",
                           "ablation_report", "calibrate", *theory])
@@ -59,10 +59,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     params.gradient_flow.horizon = 5.0e3
     OmegaConf.save(params, dvc_project / "params.yaml")
     second = dvc(dvc_project, "repro")
-    # The phase row runs GD too; compare reads the flow for the theory protocol.
-    # The calibration follows the flow's settings too.
-    rerun = ["gradient_flow", "evaluate", "compare", "calibrate", *theory]
-    assert sorted(stages_run(second)) == sorted(["check_params", *rerun])
+    # The phase row runs GD too (and computes the same numbers, its horizon being its own: phase_diagram stays);
+    # compare reads the flow for the theory protocol; the calibration follows the flow's settings too.
+    rerun = ["gradient_flow", "evaluate", "compare", "calibrate", "phase", "report"]
+    assert sorted(stages_run(second)) == sorted(["check_params", *rerun, "publish"])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == sorted([sorted(rerun), every_stage])
     history = (dvc_project / "results" / "gradient_flow" / "synthetic" / "seed0" / "history.csv").read_text()
     assert history.strip().splitlines()[-1].startswith("5000,")  # the last record: the new horizon
@@ -76,31 +76,40 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     healed = subprocess.run([sys.executable, "-m", "tools.heal_lock"], cwd=dvc_project, capture_output=True,
                             text=True, env={**dvc_environment(), "PYTHONPATH": str(ROOT)})
     assert healed.returncode == 0 and "dvc.lock was cut" in healed.stderr
-    assert stages_run(dvc(dvc_project, "repro")) == ["report"]  # the stage whose record the copy lacked
+    assert stages_run(dvc(dvc_project, "repro")) == ["report", "publish"]  # the stage whose record the copy lacked
     assert stages_run(dvc(dvc_project, "repro")) == []
 
-    # A stage that ran again (another peak memory) but was killed before DVC recorded it is restored from DVC's
-    # run cache: the cached run's metrics.json beside the last run's digest record. Its readers take it.
-    row = dvc_project / "results" / "phase" / "d256" / "metrics.json"
+    # A stage that ran again (other timings in its run record) but was killed before DVC recorded it is restored
+    # from DVC's run cache: the cached run's record beside the last run's digest record. Its reader takes it.
+    row = dvc_project / "runs" / "phase" / "synthetic" / "d256.json"
     again = json.loads(row.read_text())
-    again["peak_memory_mb"] += 1.0
+    again["runs"][0]["ended"] += 1.0
     write_json(row, again)  # as the stage writes it: the folder's record follows
-    restored = dvc(dvc_project, "repro")  # exit 0, though a later stage may read the row
+    restored = dvc(dvc_project, "repro")
     assert "Stage 'phase@256' is cached - skipping run, checking out outputs" in restored
-    record = json.loads((row.parent / ".digests.json").read_text())["metrics.json"]
+    record = json.loads((row.parent / ".digests.json").read_text())["d256.json"]
     assert json.loads(row.read_text()) != again and record[1] != hashlib.sha256(row.read_bytes()).hexdigest()
-    assert stages_run(dvc(dvc_project, "repro", "--single-item", "--force", "phase_diagram")) == ["phase_diagram"]
-    dvc(dvc_project, "repro")  # what read phase_diagram's new outputs
+    assert stages_run(dvc(dvc_project, "repro", "--single-item", "--force", "publish")) == ["publish"]
 
-    # Which stages read a section: `dvc status` names them without running them (the re-run of their
-    # descendants is DVC's own, shown above), which keeps this test inside the time budget of `make test`.
-    patience, params.train.patience = params.train.patience, 5  # a training parameter: the training runs and
-    OmegaConf.save(params, dvc_project / "params.yaml")  # compare, which reads the arms' protocol
-    assert stages_stale(dvc_project) == sorted(["check_params", *training, *ablations, "compare", "calibrate"])
+    # Which stages read a value: once check_params has written their settings, `dvc status` names them without
+    # running them (the re-run of their descendants is DVC's own, shown above), which keeps this test short.
+    def stale_after(edit) -> list[str]:
+        edit(params)
+        OmegaConf.save(params, dvc_project / "params.yaml")
+        assert stages_run(dvc(dvc_project, "repro", "--single-item", "check_params")) == ["check_params"]
+        return stages_stale(dvc_project)
+
+    patience = params.train.patience  # a training parameter: the training runs and compare (the arms' protocol)
+    assert stale_after(lambda p: setattr(p.train, "patience", 5)) == sorted([*training, *ablations, "compare",
+                                                                            "calibrate"])
     params.train.patience = patience
-    params.sequence.bucketed = False  # a sequence-model parameter: the ablations and their report only
-    OmegaConf.save(params, dvc_project / "params.yaml")
-    assert stages_stale(dvc_project) == sorted(["check_params", *ablations, "ablation_report"])
+    # A sequence-model parameter: the ablations and their report only.
+    assert stale_after(lambda p: setattr(p.sequence, "bucketed", False)) == sorted([*ablations, "ablation_report"])
+    params.sequence.bucketed = True
+    # A value a dataset's own entry overrides: no stage reads the shared one, so none reruns.
+    eta0 = params.one_step.eta0
+    params.datasets.synthetic.one_step = {"eta0": eta0}
+    assert stale_after(lambda p: setattr(p.one_step, "eta0", eta0 + 10)) == []
 
     # A rejected value stops the pipeline at check_params, before DVC deletes the outputs of the stages that
     # read it: one_step's embeddings are still there.

@@ -11,8 +11,8 @@ import pytest
 
 from pipelines import prepare
 from tests.helpers import TINY
-from toksel import workspace
-from toksel.processes import Process
+from toksel.runtime import workspace
+from toksel.runtime.processes import Process
 
 
 def _dvc_records(project: Path, name: str | None, dvc_pid: int) -> None:

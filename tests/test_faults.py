@@ -1,6 +1,6 @@
 """Faults: a stage killed outright (kill -9) reruns to completion, with no half-written output and no MLflow run
-left RUNNING, and a killed training resumes from its last checkpoint; two stages write to one sqlite store at
-once; a training whose loss stops being finite stops with a clear error; the same seed gives the same metrics."""
+left RUNNING, and a killed training resumes from its last checkpoint; a training whose loss stops being finite stops
+with a clear error; the same seed gives the same metrics."""
 
 import json
 import os
@@ -14,26 +14,37 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
-from mlflow import MlflowClient
 
 from pipelines import gradient_flow, one_step, prepare, train
-from tests.helpers import ROOT, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, seed_folder, start_stage
-from toksel.theory.gradient_flow import record_times
+from tests.helpers import (
+    ROOT,
+    TIMING_METRICS,
+    TINY,
+    TINY_TRAIN,
+    published_runs,
+    run_stage_process,
+    seed_folder,
+    start_stage,
+)
 
 LONG_FLOW = [*TINY, "gradient_flow.tolerance=1e-8"]  # seconds of steps: a few hundred times the usual number
 
 
-def _client(project: Path) -> MlflowClient:
-    return MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+def _computing(pid: int, seconds: float = 3.0) -> Callable[[], bool]:
+    """Whether the process has spent `seconds` of CPU: past its imports (about 1.6 s for gradient_flow), into its
+    work. A stage writes nothing before its end, so its CPU time is what tells how far it has gone."""
+    def busy() -> bool:
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system > seconds
+
+    return busy
 
 
-def _runs(project: Path, stage: str) -> list:
-    """The stage's runs (not the trials nested under them), oldest first."""
-    client = _client(project)
-    found = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                               filter_string=f"tags.stage = '{stage}'", order_by=["attributes.start_time ASC"])
-    return [run for run in found if "toksel.trial" not in run.data.tags]
+def _stage_runs(project: Path, stage: str) -> list:
+    """The stage's runs in MLflow once its records are published (not the trials nested under them)."""
+    return [run for run in published_runs(project, f"tags.stage = '{stage}'") if "toksel.trial" not in run.data.tags]
 
 
 def _wait_until(condition: Callable[[], bool], process, seconds: float = 120) -> None:
@@ -57,49 +68,42 @@ def _assert_whole(folder: Path) -> None:
             pd.read_csv(path)
 
 
-def test_a_gradient_flow_killed_outright_reruns_and_its_run_is_not_left_running(prepared):
+def test_a_gradient_flow_killed_outright_reruns_and_no_run_is_left_running(prepared):
     process = start_stage("gradient_flow", LONG_FLOW, prepared)
-    _wait_until(lambda: [run for run in _runs(prepared, "gradient_flow") if run.info.status == "RUNNING"], process)
-    time.sleep(0.3)  # into the descent
+    _wait_until(_computing(process.pid), process)  # into the descent
     process.kill()  # SIGKILL: nothing in the stage runs after this
     process.wait()
     outputs = seed_folder(prepared, "gradient_flow", "synthetic")
     _assert_whole(outputs)
-    assert [run.info.status for run in _runs(prepared, "gradient_flow")] == ["RUNNING"]  # what kill -9 leaves
+    assert not (prepared / "runs" / "gradient_flow").exists()  # no record: the stage never opened a run
 
     rerun = run_stage_process("gradient_flow", TINY, prepared)  # shorter: only its ending matters here
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "marked KILLED" in rerun.stderr
     _assert_whole(outputs)
+    _assert_whole(prepared / "runs")
     assert json.loads((outputs / "metrics.json").read_text())["loss"] >= 0
-    killed, finished = _runs(prepared, "gradient_flow")
-    assert (killed.info.status, finished.info.status) == ("KILLED", "FINISHED")
-    parent = _client(prepared).get_run(finished.data.tags["mlflow.parentRunId"])
-    assert parent.info.status == "FINISHED"
+    assert [run.info.status for run in _stage_runs(prepared, "gradient_flow")] == ["FINISHED"]
 
 
 @pytest.mark.parametrize(("stage", "args", "signum"), [
     ("gradient_flow", LONG_FLOW, signal.SIGTERM),  # a `kill`, DVC or CI stopping the stage
     ("train", [*TINY, *TINY_TRAIN, "train.max_epochs=200", "train.patience=200"], signal.SIGINT),  # Ctrl-C
 ], ids=["sigterm", "ctrl-c in training"])
-def test_a_stopped_stage_marks_its_runs_killed_keeps_its_old_outputs_and_says_so_in_one_line(prepared, stage, args,
-                                                                                              signum):
+def test_a_stopped_stage_keeps_its_old_outputs_and_records_and_says_so_in_one_line(prepared, stage, args, signum):
     if stage == "gradient_flow":  # outputs to keep (the training's are none: it must then write none)
         assert run_stage_process(stage, TINY, prepared).returncode == 0
-    outputs = prepared / "results" / stage
-    before = {path: path.read_bytes() for path in outputs.rglob("*") if path.is_file()}
+    outputs = [prepared / "results" / stage, prepared / "runs" / stage]
+    before = {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()}
     process = start_stage(stage, args, prepared)
-    _wait_until(lambda: [run for run in _runs(prepared, stage) if run.info.status == "RUNNING"], process)
-    time.sleep(0.5)  # into the descent, or the training
+    if stage == "train":  # into the training: its first checkpoint
+        _wait_until(lambda: any((prepared / "checkpoints").rglob("last.ckpt")), process)
+    else:
+        _wait_until(_computing(process.pid), process)  # into the descent
     process.send_signal(signum)
     assert process.wait(timeout=60) == 128 + signum
     error = process.stderr.read().strip().splitlines()
-    assert error == [f"{stage}: stopped by {signal.Signals(signum).name}: its MLflow runs are marked KILLED and its "
-                     "old outputs kept"]
-    stopped = _runs(prepared, stage)[-1]
-    assert stopped.info.status == "KILLED"
-    assert _client(prepared).get_run(stopped.data.tags["mlflow.parentRunId"]).info.status == "KILLED"
-    assert {path: path.read_bytes() for path in outputs.rglob("*") if path.is_file()} == before
+    assert error == [f"{stage}: stopped by {signal.Signals(signum).name}: its old outputs are kept"]
+    assert {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()} == before
 
 
 def _gone(pid: int) -> bool:
@@ -122,7 +126,7 @@ def test_a_stage_whose_starter_is_killed_stops_and_never_writes_after_it(prepare
         cwd=prepared, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True)
     stage = int(starter.stdout.readline())
-    _wait_until(lambda: [run for run in _runs(prepared, "gradient_flow") if run.info.status == "RUNNING"], starter)
+    _wait_until(_computing(stage), starter)
     starter.kill()
     starter.wait()
     deadline = time.monotonic() + 60
@@ -130,7 +134,6 @@ def test_a_stage_whose_starter_is_killed_stops_and_never_writes_after_it(prepare
         assert time.monotonic() < deadline, "the stage outlived the process that started it"
         time.sleep(0.1)
     assert {path.name: path.read_bytes() for path in outputs.iterdir()} == before
-    assert _runs(prepared, "gradient_flow")[-1].info.status == "KILLED"
 
 
 SCREENED = [*TINY, *TINY_TRAIN, "train.max_epochs=5", "train.patience=5", "train.lr_grid=[0.02,0.05]",
@@ -159,37 +162,8 @@ def test_a_training_stopped_during_its_kept_fit_reruns_to_the_uninterrupted_metr
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert results() == uninterrupted  # bit for bit
     assert not seed.exists()  # finished: nothing left to resume
-    assert [run.info.status for run in _runs(prepared, "train")] == ["FINISHED", "KILLED", "FINISHED"]
-    client = _client(prepared)
-    kept = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                              filter_string="tags.phase = 'kept'", order_by=["attributes.start_time DESC"])
-    assert "resumed_from_epoch" in kept[0].data.tags  # the run says where it went on; its results do not
-
-
-def test_two_stages_writing_to_one_sqlite_store_at_once_lose_nothing(prepared, tmp_path):
-    second = tmp_path / "second"
-    second.mkdir()
-    for name in ("params.yaml", "data", "results"):  # the same inputs, another project folder
-        (shutil.copytree if (prepared / name).is_dir() else shutil.copy)(prepared / name, second / name)
-    args = [*TINY, "gradient_flow.tolerance=1e-6"]  # a longer run: the two stages overlap
-    processes = [start_stage("gradient_flow", args, folder, TOKSEL_PIPELINE_ID=f"concurrent-{i}")
-                 for i, folder in enumerate((prepared, second))]
-    for process in processes:
-        assert process.wait(timeout=300) == 0, process.stderr.read()[-3000:]
-    runs = _runs(prepared, "gradient_flow")
-    assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
-    client = _client(prepared)
-    run_of_parent = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
-    for i, folder in enumerate((prepared, second)):
-        parent = client.search_runs([runs[0].info.experiment_id],
-                                    filter_string=f"tags.`toksel.pipeline_key` = 'concurrent-{i}'")[0]
-        run = run_of_parent[parent.info.run_id]
-        history = pd.read_csv(seed_folder(folder, "gradient_flow", "synthetic") / "history.csv")
-        for name in ("loss", "p_norm", "selection_fraction"):
-            logged = client.get_metric_history(run.info.run_id, name)
-            assert len(logged) == len(history) == len(record_times(1e4)), name
-            assert np.allclose([point.value for point in sorted(logged, key=lambda point: point.step)],
-                               history[name].to_numpy())
+    kept = published_runs(prepared, "tags.phase = 'kept'")  # the records of the last run: the resumed one
+    assert len(kept) == 1 and "resumed_from_epoch" in kept[0].data.tags  # the run says where it went on
 
 
 def test_a_training_whose_loss_overflows_stops_with_a_clear_error(prepared, capsys):
@@ -197,7 +171,7 @@ def test_a_training_whose_loss_overflows_stops_with_a_clear_error(prepared, caps
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("train: training diverged: the loss became nan at epoch 0") and "lower" in error
     assert not (seed_folder(prepared, "train", "synthetic/trained") / "metrics.json").exists()
-    assert [run.info.status for run in _runs(prepared, "train")] == ["FAILED"]
+    assert not (prepared / "runs" / "train").exists()  # a failed stage records nothing
 
 
 def test_the_same_seed_gives_the_same_metrics_on_the_cpu(tmp_path, monkeypatch):

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from tests.test_model import _case, _exact_p_gradient, _smallest_gap
-from toksel.errors import ToksError
 from toksel.models.fused import SHARED_EXP_SPREAD, FusedBags, loss_and_token_gradients
 from toksel.models.one_layer import Bags, loss
 from toksel.models.products import scores, transposed_product
+from toksel.runtime.errors import ToksError
 
 
 @pytest.mark.parametrize("num_classes", [2, 3])

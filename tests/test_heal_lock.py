@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from tests.helpers import ROOT, TINY, run_stage_process
-from toksel.workspace import LOCK, LOCK_COPY
+from toksel.runtime.workspace import LOCK, LOCK_COPY
 from tools import heal_lock
 
 

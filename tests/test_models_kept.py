@@ -10,12 +10,12 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import prepare, report, train
-from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
+from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, published_runs, seed_folder
 from toksel import explain
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.models.reading import read_sequence
-from toksel.render_check import BROWSERS, render
+from toksel.report.render_check import BROWSERS, render
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import batch_of_rows
 
@@ -84,10 +84,9 @@ def test_a_run_names_its_dataset_its_commit_and_its_dvc_experiment(prepared, mon
     monkeypatch.setenv("DVC_EXP_NAME", "eager-pika")
     monkeypatch.setenv("TOKSEL_PIPELINE_ID", "an-experiment")  # the experiment's own pipeline, not prepared's
     assert gradient_flow.main([*TINY, "dataset=synthetic"]) == 0
+    runs = published_runs(prepared, "tags.stage = 'gradient_flow'")
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("toksel")
-    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    runs = client.search_runs([experiment.experiment_id], "tags.stage = 'gradient_flow'")
+    assert client.get_experiment_by_name("toksel").tags["mlflow.experimentKind"] == "custom_model_development"
     run = runs[0]
     assert run.data.tags["dvc.experiment"] == "eager-pika"
     assert run.info.run_name == "gradient_flow synthetic seed 0"

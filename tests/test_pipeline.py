@@ -11,10 +11,9 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import TINY, seed_folder, throwaway_project
-from toksel import tracker
+from tests.helpers import TINY, published_runs, seed_folder, throwaway_project
+from toksel.runtime.records import flatten
 from toksel.theory.gradient_flow import record_times
-from toksel.tracking import flatten
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
 SEEDED = ("one_step", "gradient_flow")  # their outputs go to <stage>/<dataset>/seed<k>/
@@ -27,13 +26,12 @@ def _folder(project, stage):
 @pytest.fixture(scope="module")
 def finished_pipeline(tmp_path_factory):
     """The four stages on TINY in a throw-away project, shared by this module's tests (the last one, which breaks
-    an output on purpose, runs last); the MLflow store is reached through its companion process, as in a pipeline."""
-    with throwaway_project(tmp_path_factory, TOKSEL_TRACKER="1", TOKSEL_TRACKER_IDLE="120") as project:
+    an output on purpose, runs last), their run records then published, as the pipeline's last stage does."""
+    with throwaway_project(tmp_path_factory) as project:
         for module in STAGES.values():
             assert module.main(TINY) == 0
-        assert tracker.socket_path(f"sqlite:///{project / 'mlflow.db'}").exists()
+        published_runs(project)
         yield project
-        assert tracker.stop(f"sqlite:///{project / 'mlflow.db'}")
 
 
 def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
@@ -45,7 +43,9 @@ def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
             "max_margin_norm", "log_growth", "control_log_growth", "control_selection_fraction", "flow_faithful",
             "control_cos_max_margin_important"} <= metrics["gradient_flow"].keys()
     assert metrics["prepare"]["seed0"]["max_abs_alpha_irrelevant"] == 0.0  # each seed's draw of the data
-    assert all(stage_metrics["peak_memory_mb"] > 50 for stage_metrics in metrics.values())  # a Python with numpy
+    assert not any("peak_memory_mb" in stage_metrics for stage_metrics in metrics.values())  # telemetry: not results
+    records = {stage: json.loads((results.parent / "runs" / stage / "synthetic.json").read_text()) for stage in STAGES}
+    assert all(record["runs"][0]["metrics"]["peak_memory_mb"][0][1] > 50 for record in records.values())  # numpy
     assert metrics["one_step"]["slope_theory"] == 20.0  # eta0 = 40 in TINY
     history = pd.read_csv(_folder(finished_pipeline, "gradient_flow") / "history.csv")
     np.testing.assert_allclose(history["flow_time"], record_times(1e4), rtol=1e-9)  # TINY's horizon
@@ -91,27 +91,25 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
     assert children["gradient_flow"].data.tags["seed"] == "0" and "seed" not in children["evaluate"].data.tags
     history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin")
     assert [m.step for m in history] == list(range(len(record_times(1e4))))  # the records' indices
-    figures = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id, "figures")]
-    assert sorted(figures) == ["figures/gradient_flow.png", "figures/one_step.png", "figures/token_scores.png"]
+    artifacts = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id)]
+    assert {"gradient_flow.png", "one_step.png", "token_scores.png", "summary.md"} <= set(artifacts)
     assert experiment.artifact_location == (finished_pipeline / "mlartifacts").as_uri()
 
 
-def test_failed_stage_exits_2_marks_its_run_failed_and_keeps_its_old_outputs(finished_pipeline, capsys):
+def test_failed_stage_exits_2_and_keeps_its_old_outputs_and_records(finished_pipeline, capsys):
     out = _folder(finished_pipeline, "gradient_flow")
-    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    before = {path: path.read_bytes() for path in [*out.iterdir(), finished_pipeline / "runs" / "gradient_flow"
+                                                   / "synthetic.json"]}
     (_folder(finished_pipeline, "one_step") / "embeddings.npz").unlink()
     assert gradient_flow.main(TINY) == 2
     assert "run the one_step stage first" in capsys.readouterr().err
-    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
-    client = MlflowClient(f"sqlite:///{finished_pipeline / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                              filter_string="tags.stage = 'gradient_flow'", order_by=["attributes.start_time DESC"])
-    assert [run.info.status for run in runs] == ["FAILED", "FINISHED"]
+    assert {path: path.read_bytes() for path in before} == before
+    assert len(published_runs(finished_pipeline, "tags.stage = 'gradient_flow'")) == 1
 
 
 def test_a_stage_reports_its_own_peak_memory_not_that_of_the_process_that_started_it():
     ballast = np.ones(2**27)  # 1 GiB resident in this process, which forks the child below
-    probe = "from toksel.tracking import peak_memory_mb; print(peak_memory_mb())"
+    probe = "from toksel.runtime.records import peak_memory_mb; print(peak_memory_mb())"
     child = float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                                  check=True).stdout)
     assert 20 < child < 512 < ballast.nbytes / 2**20
@@ -128,11 +126,8 @@ def test_a_stage_runs_every_seed_in_one_process_and_gathers_their_metrics(prepar
         written = json.loads((seed_folder(prepared, "one_step", "synthetic", seed) / "metrics.json").read_text())
         assert gathered[f"seed{seed}"] == written
     assert gathered["seed1"]["slope"] != gathered["seed2"]["slope"]  # two initialisations, not one run twice
-    client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id],
-                              filter_string="tags.stage = 'one_step'")
-    finished = sorted(run.data.tags["seed"] for run in runs if run.info.status == "FINISHED")
-    assert finished == ["0", "1", "2"]  # the fixture's seed 0, then 1 and 2 (the first try's seed 1 FAILED)
+    runs = published_runs(prepared, "tags.stage = 'one_step'")
+    assert sorted(run.data.tags["seed"] for run in runs) == ["1", "2"]  # the records of the last run, seeds 1 and 2
     capsys.readouterr()
     assert one_step.main([*TINY, "seed=1"]) == 2  # one seed is base.seeds=[1]
     error = capsys.readouterr().err.strip().splitlines()

@@ -13,9 +13,9 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, prepare, report
-from tests.helpers import TINY, throwaway_project
-from toksel.render_check import BROWSERS, render
-from toksel.render_check import main as render_check
+from tests.helpers import TINY, published_runs, throwaway_project
+from toksel.report.render_check import BROWSERS, render
+from toksel.report.render_check import main as render_check
 from toksel.theory.phase import edge_factor, fit_power_law, measured_window, predicted_window
 
 # The cells follow their flows as the gradient_flow stage of TINY does (its horizon, the default tolerance).
@@ -133,15 +133,14 @@ def test_the_html_report_is_self_contained_and_an_artifact_of_the_pipeline_run(r
     figures = re.findall(r"<img [^>]*src='([^']*)'", page)
     assert len(figures) == len(re.findall(r"!\[", (reported / "results" / "report" / "report.md").read_text()))
     assert figures and all(src.startswith("data:image/png;base64,") for src in figures)
+    runs = published_runs(reported, "tags.stage = 'report'")
     client = MlflowClient(f"sqlite:///{reported / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'report'")
     parent = runs[0].data.tags["mlflow.parentRunId"]
     assert {"report.md", "report.html"} <= {artifact.path for artifact in client.list_artifacts(parent)}
 
 
 def test_runs_are_named_for_what_they_are_and_only_a_dataset_s_runs_carry_one(reported):
-    client = MlflowClient(f"sqlite:///{reported / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
+    runs = published_runs(reported)
     named = {run.info.run_name: run.data.tags for run in runs if "toksel.trial" not in run.data.tags}
     assert {"gradient_flow synthetic seed 0", "evaluate synthetic", "phase synthetic d 64", "phase synthetic d 256",
             "phase_diagram", "report"} <= set(named)
@@ -172,7 +171,7 @@ def test_the_render_check_says_in_one_line_what_is_missing(tmp_path, capsys):
 
 
 def test_every_table_escapes_its_pipes_and_every_missing_number_says_so():
-    from toksel.markdown import number, table
+    from toksel.report.markdown import number, table
 
     assert table(["quantity", "value"], [["|p|", 1.5]]) == ["| quantity | value |", "|---|---|", "| \\|p\\| | 1.5 |"]
     assert [number(None), number(float("nan")), number(0.12345), number(None, missing="not measured")] == [

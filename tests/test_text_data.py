@@ -11,14 +11,14 @@ from omegaconf import OmegaConf
 
 from pipelines import prepare
 from tests.helpers import ROOT
-from toksel.config import DataConfig, load_config
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import average_signed_frequency, class_signed_frequency
 from toksel.data.sources import balanced_subsample, load_text_split
 from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import train_tokenizer, word_tokens
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
-from toksel.errors import ToksError
+from toksel.runtime.config import DataConfig, load_config
+from toksel.runtime.errors import ToksError
 
 TRAIN = pd.DataFrame({
     "text": ["A great movie!<br /><br />Great acting.", "Great fun, great cast", "Loved it. Great!",

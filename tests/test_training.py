@@ -1,6 +1,7 @@
 """Full training through the real Lightning path: the loss falls, MLflow gets the run under the pipeline's
 parent, an interrupted fit resumes where it stopped; and the token curves it reports."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,20 +14,28 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import compare, d_sweep, gradient_flow, train
-from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, seed_folder
-from toksel.config import load_config
+from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, published_runs, seed_folder
+from toksel.claims.measurements import EQUAL, MATCHED, grid_runs
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.measurements import EQUAL, MATCHED, grid_runs
-from toksel.paths import results_dir
+from toksel.runtime.config import load_config
+from toksel.runtime.paths import results_dir
+from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import binned_curve
-from toksel.tracking import stage_run
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule, batch_of_rows
 from toksel.training.fit import fit, resumable_checkpoint
 
 TRAIN = TINY_TRAIN
+
+
+@contextlib.contextmanager
+def _record():
+    """A run record, as a stage's."""
+    record = RunRecord("train synthetic seed 0", {"stage": "train"})
+    with record.run():
+        yield record
 
 
 def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
@@ -42,8 +51,8 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     assert pd.read_csv(out / "grid.csv")["lr"].tolist() == [0.02]  # one rate: no screen
     assert not (prepared / "checkpoints" / "train" / "synthetic" / "trained" / "seed0").exists()  # nothing to resume
 
+    runs = published_runs(prepared)
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    runs = client.search_runs([client.get_experiment_by_name("toksel").experiment_id])
     parent = next(run for run in runs if run.data.tags.get("stage") == "pipeline")
     stage = next(run for run in runs if run.data.tags.get("stage") == "train"
                  and run.data.tags["mlflow.parentRunId"] == parent.info.run_id)
@@ -84,26 +93,26 @@ def _fit_parts(config):
 def test_an_interrupted_fit_resumes_from_its_last_checkpoint_to_the_uninterrupted_result(prepared):
     config = load_config([*TINY, *TRAIN])
     folder = prepared / "checkpoints" / "resume"
-    with stage_run("train", config, ("train",)) as run:
+    with _record() as run:
         whole = fit(*_fit_parts(config), config.train, prepared / "checkpoints" / "whole", "key", run, seed=0,
                     progress=False)
-    with pytest.raises(RuntimeError, match="simulated crash"), stage_run("train", config, ("train",)) as run:
+    with pytest.raises(RuntimeError, match="simulated crash"), _record() as run:
         fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False, callbacks=[Crash(epoch=2)])
     assert (folder / "key" / "last.ckpt").exists()
-    with stage_run("train", config, ("train",)) as run:
+    with _record() as run:
         resumed = fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False)
     assert resumed.resumed_from_epoch == 2  # epochs 0 and 1 were saved; the crash came at the end of epoch 2
     assert resumed.epochs == whole.epochs == config.train.max_epochs
     # The same batches in each epoch, the optimiser's state restored: the result is the uninterrupted one.
     assert (resumed.test, resumed.fitted, resumed.norms) == (whole.test, whole.fitted, whole.norms)
     # A fit that has ended is not trained further when its stage runs again: only tested.
-    with stage_run("train", config, ("train",)) as run:
+    with _record() as run:
         again = fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False)
     assert again.resumed_from_epoch == config.train.max_epochs and again.test == whole.test
     # A checkpoint that records another fit is not trusted, whatever its folder and file times say.
     (folder / "other").mkdir()
     shutil.copy(folder / "key" / "last.ckpt", folder / "other" / "last.ckpt")
-    with stage_run("train", config, ("train",)) as run, pytest.warns(UserWarning, match="records another fit"):
+    with _record() as run, pytest.warns(UserWarning, match="records another fit"):
         fresh = fit(*_fit_parts(config), config.train, folder, "other", run, seed=0, progress=False)
     assert fresh.resumed_from_epoch is None and not (folder / "key").exists()
 
@@ -119,10 +128,8 @@ def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_un
     full = rows["test_accuracy"].notna()
     assert sorted(rows.index[full]) == sorted({kept, 0.0001})  # the kept rate and the matched-lr one, in full
     assert rows.loc[kept, "epochs"] == 6  # the full budget (TINY_TRAIN: 6 epochs, patience 6), not the screen's 2
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    phases = sorted(run.data.tags["phase"] for run in client.search_runs(
-        [client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'train'")
-        if "phase" in run.data.tags)  # the fits, not the stage or its arm
+    phases = sorted(run.data.tags["phase"] for run in published_runs(prepared, "tags.stage = 'train'")
+                    if "phase" in run.data.tags)  # the fits, not the stage or its arm
     assert phases == ["control", "kept", "matched", "screen", "screen", "screen"]
     config = load_config([*TINY, *TRAIN, *grid])
     equal, matched = (grid_runs("synthetic", config, protocol)[0]["trained"] for protocol in (EQUAL, MATCHED))

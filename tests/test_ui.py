@@ -7,15 +7,16 @@ import socket
 import pytest
 
 from pipelines import prepare
-from tests.helpers import TINY
+from tests.helpers import TINY, published_runs
 from toksel import ui
-from toksel.render_check import BROWSERS
+from toksel.report.render_check import BROWSERS
 
 pytestmark = pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS), reason="no Chromium")
 
 
 def test_the_ui_opens_on_the_runs_table_and_the_plain_experiment_page_does_not(project, monkeypatch, tmp_path):
-    assert prepare.main(TINY) == 0  # a pipeline run and its stage's run in the store
+    assert prepare.main(TINY) == 0
+    published_runs(project)  # a pipeline run and its stage's run in the store
     screenshot = tmp_path / "ui.png"
     assert ui.main(["--check", "--screenshot", str(screenshot)]) == 0
     assert screenshot.stat().st_size > 10_000
@@ -30,7 +31,8 @@ def test_the_ui_says_when_there_is_nothing_to_show_and_creates_no_store(project,
 
 
 def test_the_ui_refuses_a_port_another_program_listens_on(project, capsys):
-    assert prepare.main(TINY) == 0  # a store with a pipeline's run
+    assert prepare.main(TINY) == 0
+    published_runs(project)  # a store with a pipeline's run
     capsys.readouterr()
     with socket.socket() as other:  # another server on the port: its answers must not pass for ours
         other.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from tests.helpers import ROOT
-from toksel.claims import (
+from toksel.claims.catalogue import (
     BY_ID,
     CLAIMS,
     REQUIREMENTS,
@@ -21,8 +21,8 @@ from toksel.claims import (
     in_scope,
     measure,
 )
-from toksel.config import load_config
-from toksel.verdict import given_interval, judge, judge_within, seed_interval
+from toksel.claims.verdict import given_interval, judge, judge_within, seed_interval
+from toksel.runtime.config import load_config
 
 
 def test_the_seed_interval_is_students_t_of_the_mean():

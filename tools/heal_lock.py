@@ -2,7 +2,7 @@
 
 DVC rewrites dvc.lock in place after every stage; a kill while it writes (SIGKILL, a lost machine) leaves the
 file cut, and every later `dvc repro` then stops with "'./dvc.lock' validation failed" until it is mended by
-hand. Each stage keeps a copy of the file as DVC started it (toksel.workspace.keep_lock_copy). A dvc.lock
+hand. Each stage keeps a copy of the file as DVC started it (toksel.runtime.workspace.keep_lock_copy). A dvc.lock
 that DVC's own schema refuses is set aside as dvc.lock.damaged and replaced by that copy, which lacks at most
 the record of the stage that was running: `dvc repro` runs that stage again, or restores it from its run
 cache. Without a good copy the cut file is only set aside: DVC then runs, or restores from its run cache,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from toksel.workspace import LOCK, LOCK_COPY
+from toksel.runtime.workspace import LOCK, LOCK_COPY
 
 
 def whole(path: Path) -> bool:

@@ -1,6 +1,8 @@
 """Each stage's source deps in dvc.yaml, computed: the files of the project modules its entry module imports
 (at module level or inside a function, directly or not; grimp's graph, the one import-linter checks the layers
-on), with their packages' __init__.py.
+on), with their packages' __init__.py, but the modules that cannot change a result (RESULT_NEUTRAL). A compute
+stage (COMPUTE_STAGES) must import no MLflow view and no report rendering (FOR_VIEWS_ONLY): editing those reruns
+only the stages that render or publish (docs/design.md).
 
 `python -m tools.stage_deps` rewrites the source part of every stage's deps (the files under pipelines/ and
 src/) and keeps the rest (data, results) and the comments; `--check` only says which stage would change, exit 1.
@@ -17,8 +19,14 @@ import grimp
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGE_MODULE = re.compile(r"python -m (pipelines\.\w+)")
+STAGE_MODULE = re.compile(r"python -m ((?:pipelines|toksel)\.\w+)")
 SOURCE = ("pipelines/", "src/")
+# Whether progress bars are drawn, which known warnings are silenced: no result depends on them.
+RESULT_NEUTRAL = {"toksel.runtime.progress", "toksel.runtime.known_warnings"}
+COMPUTE_STAGES = ("prepare", "one_step", "gradient_flow", "train", "ablation", "phase", "d_sweep", "calibrate")
+FOR_VIEWS_ONLY = ("src/toksel/tracking/", "src/toksel/publish.py", "src/toksel/ui.py", "src/toksel/report/document.py",
+                  "src/toksel/report/markdown.py", "src/toksel/report/comparison.py", "src/toksel/report/readings.py",
+                  "src/toksel/report/render_check.py")
 
 
 def _file(module: str) -> str:
@@ -29,7 +37,7 @@ def _file(module: str) -> str:
 
 def imported_files(graph: grimp.ImportGraph, module: str) -> list[str]:
     """The files `module` runs when imported: its own, every project module it imports, their packages."""
-    modules = {module} | graph.find_upstream_modules(module)
+    modules = ({module} | graph.find_upstream_modules(module)) - RESULT_NEUTRAL
     packages = {".".join(m.split(".")[:i]) for m in modules for i in range(1, len(m.split(".")))}
     return sorted(_file(m) for m in modules | packages)
 
@@ -43,6 +51,13 @@ def computed_deps(graph: grimp.ImportGraph, body: dict) -> list[str]:
     """The stage's deps with its source part recomputed: source files first, then its other deps as they were."""
     module = STAGE_MODULE.search(body["cmd"]).group(1)
     return [*imported_files(graph, module), *[dep for dep in body["deps"] if not str(dep).startswith(SOURCE)]]
+
+
+def views_in_compute(dvc: dict) -> list[str]:
+    """`stage: file` for each view or rendering file among a compute stage's deps."""
+    bodies = stage_bodies(dvc)
+    return [f"{stage}: {dep}" for stage in COMPUTE_STAGES for dep in map(str, bodies[stage]["deps"])
+            if dep.startswith(FOR_VIEWS_ONLY)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     if check:
         for name in changed:
             print(f"dvc.yaml: the deps of {name} are not what it imports (python -m tools.stage_deps rewrites them)")
-        return 1 if changed else 0
+        for found in views_in_compute(dvc):
+            print(f"dvc.yaml: a compute stage depends on view or rendering code: {found}")
+        return 1 if changed or views_in_compute(dvc) else 0
     if changed:
         yaml.dump(dvc, path)
     print(f"dvc.yaml: {len(changed)} stages' deps rewritten" if changed else "dvc.yaml: every stage's deps hold")

@@ -66,9 +66,9 @@ from typing import Any
 
 import psutil
 
-from toksel.errors import ToksError
-from toksel.paths import project_root
-from toksel.processes import Process
+from toksel.runtime.errors import ToksError
+from toksel.runtime.paths import project_root
+from toksel.runtime.processes import Process
 
 DEFAULT_PORT = 5001  # `make ui` serves the embedded store on 5000
 DEFAULT_POSTGRES_PORT = 5433  # beside, not on, the 5432 of a system-wide PostgreSQL

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from toksel.config import load_config
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import word_tokens
 from toksel.data.vocabulary import UNKNOWN, Vocabulary
-from toksel.errors import ToksError
-from toksel.io import read_json, read_npz
 from toksel.models.reading import Reading, read_sequence
-from toksel.readings import class_name
+from toksel.report.readings import class_name
+from toksel.runtime.config import load_config
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import read_json, read_npz
 
 BAR = 30  # characters of the largest weight's bar
 

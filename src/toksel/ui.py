@@ -24,10 +24,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from toksel.errors import ToksError
-from toksel.paths import tracking_uri
-from toksel.render_check import find_chromium, headless
-from toksel.tracking import experiment_name
+from toksel.report.render_check import find_chromium, headless
+from toksel.runtime.errors import ToksError
+from toksel.runtime.paths import tracking_uri
+from toksel.tracking.view import experiment_name
 
 RUNS_VIEW = "#/experiments/{experiment}?workflowType=machine_learning"
 START_SECONDS = 60

@@ -22,10 +22,10 @@ import numpy as np
 from toksel.calibration.curves import TokenPopulation, accuracy_gaps, curve_statistics, spread_statistics
 from toksel.calibration.rates import Rate, holding_rate
 from toksel.calibration.theory import HALF, theory_replicate
-from toksel.claims import BY_ID, Claim, config_value
-from toksel.config import Config
-from toksel.measurements import curve_settings
-from toksel.processes import stopping_early
+from toksel.claims.catalogue import BY_ID, Claim, config_value
+from toksel.claims.measurements import curve_settings
+from toksel.runtime.config import Config
+from toksel.runtime.processes import stopping_early
 
 MIN_POWER, MAX_FALSE_POSITIVES = 0.8, 0.1
 PARALLEL_REPLICATES = 2

@@ -1,7 +1,7 @@
 """How often a claim's verdict rule holds over replicates of a known answer, with a 95 % interval.
 
 A replicate is one verdict: the claim's statistic on as many seeds as the claim is judged on, their t-interval,
-and the claim's own rule (its threshold, or its band around the paper's number), through toksel.claims.assess.
+and the claim's own rule (its threshold, or its band around the paper's number), through toksel.claims.catalogue.assess.
 The rate of `holds` over the replicates is a proportion; its interval is Wilson's score interval, which stays
 inside [0, 1] and keeps its coverage near 0 and 1, where power and false-positive rates live.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from toksel.claims import Claim, Measurement, assess
+from toksel.claims.catalogue import Claim, Measurement, assess
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
 

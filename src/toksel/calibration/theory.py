@@ -13,9 +13,9 @@ import dataclasses
 
 import numpy as np
 
-from toksel.config import CalibrationConfig, GradientFlowConfig
 from toksel.data.prepared import prepare_synthetic
 from toksel.models.fused import FusedBags
+from toksel.runtime.config import CalibrationConfig, GradientFlowConfig
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
 from toksel.theory.one_step import alignment_metrics, embedding_update, one_step_from_initialisation, theory_slope
 

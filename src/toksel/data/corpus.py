@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toksel.errors import ToksError
-from toksel.io import damaged, read_npz, write_npz
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import damaged, read_npz, write_npz
 
 
 @dataclass(frozen=True)

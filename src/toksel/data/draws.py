@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from toksel.config import DataConfig
-from toksel.errors import ToksError
-from toksel.io import read_json, write_json
-from toksel.paths import processed_dir
+from toksel.runtime.config import DataConfig
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import read_json, write_json
+from toksel.runtime.paths import processed_dir
 
 SHARED = "all"  # the folder of a dataset used whole
 MANIFEST = "draws.json"

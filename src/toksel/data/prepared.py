@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from toksel.config import DataConfig, SyntheticConfig
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import (
     IRRELEVANT,
@@ -25,7 +23,8 @@ from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
-from toksel.errors import ToksError
+from toksel.runtime.config import DataConfig, SyntheticConfig
+from toksel.runtime.errors import ToksError
 
 GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3, neg12, irr57
 
@@ -57,7 +56,6 @@ def prepare_synthetic(settings: SyntheticConfig, seed: int | tuple[int, ...]) ->
 
 def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
     """Load, subsample (label-balanced, seeded), tokenize, build the vocabulary on train, encode, truncate."""
-    start = time.perf_counter()
     rng = np.random.default_rng(seed)
     raw = {}
     for split, size in (("train", data.max_train), ("test", data.max_test)):
@@ -84,7 +82,6 @@ def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) ->
         "unknown_rate_test": float(test_unknown),
         "dropped_empty_train": dropped["train"],
         "dropped_empty_test": dropped["test"],
-        "seconds": time.perf_counter() - start,
     })
 
 

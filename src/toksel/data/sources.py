@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from toksel.config import DataConfig
-from toksel.errors import ToksError
+from toksel.runtime.config import DataConfig
+from toksel.runtime.errors import ToksError
 
 MIRROR_ENV = "TOKSEL_DATA_MIRROR"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toksel.errors import ToksError
-from toksel.io import damaged, read_json, require_output, write_csv, write_json
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import damaged, read_json, require_output, write_csv, write_json
 
 BINARY_COLUMNS = ("alpha", "token_type", "heldout_alpha")  # two classes only: the paper's alpha_s and its types
 

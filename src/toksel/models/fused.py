@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from toksel.data.corpus import PackedSplit
-from toksel.errors import ToksError
+from toksel.runtime.errors import ToksError
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from toksel.data.corpus import PackedSplit
-from toksel.memory import require_memory
 from toksel.models import products
+from toksel.runtime.memory import require_memory
 
 
 @dataclass(frozen=True)

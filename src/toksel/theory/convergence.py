@@ -25,8 +25,8 @@ import numpy as np
 
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
-from toksel.errors import ToksError
 from toksel.models.fused import FusedBags
+from toksel.runtime.errors import ToksError
 from toksel.theory.gradient_flow import RECORDS_PER_DOUBLING, Trajectory, halved, run_gradient_flow
 from toksel.theory.max_margin import (
     MaxMarginSolution,

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from toksel.errors import ToksError
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
 from toksel.models.threads import pass_threads
+from toksel.runtime.errors import ToksError
 
 RECORDS_PER_DOUBLING = 3
 RECORDED_DOUBLINGS = 20  # the first record at horizon / 2^20 (about 1e-6 of it)

@@ -17,9 +17,9 @@ import numpy as np
 
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
-from toksel.errors import ToksError
 from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.one_layer import initialise
+from toksel.runtime.errors import ToksError
 
 
 @dataclass(frozen=True)

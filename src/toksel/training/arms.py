@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from toksel.config import Config
 from toksel.data.token_table import TokenTable, read_token_table
 from toksel.models.fused import FusedBags
 from toksel.models.one_layer import initialise
+from toksel.runtime.config import Config
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule

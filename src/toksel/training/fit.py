@@ -30,12 +30,12 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import Logger
 from pytorch_lightning.utilities import rank_zero_only
 
-from toksel.config import TrainConfig
-from toksel.distributed import is_worker
-from toksel.errors import ToksError
-from toksel.known_warnings import silence_known_warnings
-from toksel.memory import keep_freed_memory
-from toksel.tracking import StageRun
+from toksel.runtime.config import TrainConfig
+from toksel.runtime.distributed import is_worker
+from toksel.runtime.errors import ToksError
+from toksel.runtime.known_warnings import silence_known_warnings
+from toksel.runtime.memory import keep_freed_memory
+from toksel.runtime.records import RunRecord
 from toksel.training.classifier import ClassifierModule
 from toksel.training.data import PackedDataModule
 
@@ -54,10 +54,10 @@ def checkpoint_dir(stage: str, variant: str) -> Path:
 
 
 class StageLogger(Logger):
-    """Lightning's per-step metrics into the stage's MLflow run, through the stage's guarded store: a store that
-    fails costs the fit nothing (guarded.py). The stage, not Lightning, ends the run."""
+    """Lightning's per-step metrics into the fit's run record (runtime/records.py). The stage, not Lightning, ends
+    the run."""
 
-    def __init__(self, run: StageRun) -> None:
+    def __init__(self, run: RunRecord) -> None:
         super().__init__()
         self.run = run
 
@@ -67,7 +67,7 @@ class StageLogger(Logger):
 
     @property
     def version(self) -> str:
-        return self.run.run_id or "untracked"
+        return self.run.name
 
     @rank_zero_only
     def log_hyperparams(self, params: object, *args: object, **kwargs: object) -> None:
@@ -156,7 +156,7 @@ class LogNorms(pl.Callback):
 
 
 def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
-        fingerprint: str, run: StageRun, seed: int, progress: bool,
+        fingerprint: str, run: RunRecord, seed: int, progress: bool,
         callbacks: Sequence[pl.Callback] = ()) -> FitResult:
     """Train until early stopping (or max_epochs), then test the best checkpoint, whose weights `module` keeps.
 

@@ -36,13 +36,13 @@ import numpy as np
 import pandas as pd
 import pytorch_lightning as pl
 
-from toksel.claims import CONTROL_PREFIX
-from toksel.config import TrainConfig
+from toksel.claims.catalogue import CONTROL_PREFIX
+from toksel.claims.measurements import SCREEN_PREFIX
 from toksel.data.token_table import TokenTable
-from toksel.distributed import WorkerFinished, is_worker
-from toksel.measurements import SCREEN_PREFIX
+from toksel.runtime.config import TrainConfig
+from toksel.runtime.distributed import WorkerFinished, is_worker
+from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import BinnedCurve, CurveSettings
-from toksel.tracking import StageRun
 from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import TrainingDiverged, fit
 from toksel.training.record import Metrics, summarise
@@ -76,7 +76,7 @@ class Protocol:
     """The fits of one stage: each an MLflow run nested under the stage's, its checkpoints in its own folder."""
 
     def __init__(self, model: ModelFactory, data: DataFactory, settings: TrainConfig, checkpoints: Path,
-                 fingerprint: str, run: StageRun, seed: int, progress: bool, tokens: TokenTable,
+                 fingerprint: str, run: RunRecord, seed: int, progress: bool, tokens: TokenTable,
                  curves: CurveSettings, among: np.ndarray | None) -> None:
         self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
         self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
@@ -95,6 +95,7 @@ class Protocol:
                          self.progress)
             metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
+            trial.log_metrics({"seconds": result.seconds})
         return Fitted(module, metrics, curves)
 
 
@@ -142,7 +143,7 @@ def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> t
 
 
 def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
-                       checkpoints: Path, fingerprint: str, run: StageRun, seed: int, progress: bool,
+                       checkpoints: Path, fingerprint: str, run: RunRecord, seed: int, progress: bool,
                        tokens: TokenTable, curves: CurveSettings, among: np.ndarray | None = None,
                        matched: float | None = None, control: bool = True) -> Trained:
     """Screen the rates, fit the best (and `matched`, the matched-lr protocol's rate) under the stopping rule,

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from toksel.data.token_table import TokenTable
-from toksel.io import write_csv, write_json, write_npz
-from toksel.plots import binned_scores_figure, save_figure
+from toksel.report.plots import binned_scores_figure, save_figure
+from toksel.runtime.io import write_csv, write_json, write_npz
+from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import BinnedCurve, CurveSettings, heldout_tokens, token_curves, value_axes
-from toksel.tracking import StageRun
 from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import FitResult
 
@@ -23,14 +23,14 @@ Metrics = dict[str, float | None]
 def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, settings: CurveSettings,
               among: np.ndarray | None = None) -> tuple[Metrics, dict[str, BinnedCurve]]:
     """A fitted model's metrics -- the test metrics, loss and accuracy of the best model on the whole splits,
-    |p|, |v| and mean |E_s|, the token-curve metrics, epochs and seconds -- and its curves."""
+    |p|, |v| and mean |E_s|, the token-curve metrics and epochs -- and its curves (the seconds it took are
+    telemetry: its run shows them)."""
     score_p, score_v = module.token_scores()
     metrics, curves = token_curves(tokens, score_p, score_v, settings, among)
-    return {**result.test, **result.fitted, **result.norms, **metrics, "epochs": float(result.epochs),
-            "seconds": result.seconds}, curves
+    return {**result.test, **result.fitted, **result.norms, **metrics, "epochs": float(result.epochs)}, curves
 
 
-def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
+def record_fit(run: RunRecord, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
                tokens: TokenTable, settings: CurveSettings, title: str, about: dict[str, object],
                among: np.ndarray | None = None, logged: tuple[str, ...] = (),
                score_label: str = "$E_s^T p$") -> None:
@@ -54,7 +54,7 @@ def record_fit(run: StageRun, out: Path, module: ClassifierModule, metrics: Metr
     write_npz(out / "model.npz", scores=score_p, values=score_v, **parameters)
     write_json(out / "model.json", {**about, "parameters": sorted(parameters),
                                     "vocabulary": tokens.vocabulary_digest()})
-    run.log_artifact(out / "token_scores.png", "figures")
+    run.log_artifact(out / "token_scores.png")
     run.log_artifact(out / "bins.csv")
     run.log_artifact(out / "model.npz", "model")
     run.log_artifact(out / "model.json", "model")

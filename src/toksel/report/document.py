@@ -3,7 +3,8 @@ the negative control's value and verdict, and the calibration of each claim's ve
 self-contained HTML page.
 
 The stages that measure claims write their measurements (claims.json: evaluate and compare per dataset,
-ablation_report, phase_diagram); the registry (toksel.claims) judges them here with the thresholds of the config.
+ablation_report, phase_diagram); the registry (toksel.claims.catalogue) judges them here with the thresholds
+of the config.
 The calibration stage writes each claim family's power and false-positive rate (calibration.json). A claim whose
 stage has not run stays in the report and says so.
 """
@@ -20,14 +21,14 @@ from typing import Any
 
 import pandas as pd
 
-from toksel.claims import CLAIMS, REQUIREMENTS, SCOPES, Assessment, Claim, Measurement, assess, in_scope
-from toksel.config import Config, load_config
-from toksel.io import read_json, write_text
-from toksel.markdown import number, table
-from toksel.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED
-from toksel.paths import results_dir
-from toksel.tracking import StageRun
-from toksel.verdict import Interval
+from toksel.claims.catalogue import CLAIMS, REQUIREMENTS, SCOPES, Assessment, Claim, Measurement, assess, in_scope
+from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED
+from toksel.claims.verdict import Interval
+from toksel.report.markdown import number, table
+from toksel.runtime.config import Config, load_config
+from toksel.runtime.io import read_json, write_text
+from toksel.runtime.paths import results_dir
+from toksel.runtime.records import RunRecord
 
 SECTIONS = {  # heading: the scopes it shows
     "The theory, on every dataset": ("every", "assumption1"),
@@ -460,7 +461,7 @@ def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
             for row in section if row.assessment.measurement is not None and row.assessment.verdict != "described"]
 
 
-def publish_summary(run: StageRun, out: Path, summary: str, metrics: Mapping[str, Any],
+def publish_summary(run: RunRecord, out: Path, summary: str, metrics: Mapping[str, Any],
                     shown_until: str = "\n\n## ") -> None:
     """A stage's summary.md (also an artifact of its MLflow run) and its metrics.json; the summary up to
     `shown_until` (its first subsection) on stdout."""

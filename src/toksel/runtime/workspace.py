@@ -25,9 +25,9 @@ from pathlib import Path
 
 import psutil
 
-from toksel.config import params_digest
-from toksel.errors import ToksError
-from toksel.processes import Process
+from toksel.runtime.config import params_digest
+from toksel.runtime.errors import ToksError
+from toksel.runtime.processes import Process
 
 LOCK = Path("dvc.lock")
 LOCK_COPY = Path(".dvc") / "tmp" / "toksel-dvc.lock"  # dvc.lock as it was when DVC started the last stage

@@ -14,7 +14,7 @@ import ctypes.util
 import sys
 from pathlib import Path
 
-from toksel.errors import ToksError
+from toksel.runtime.errors import ToksError
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 LARGEST = 2**31 - 1  # mallopt takes an int

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from functools import reduce
 from typing import Any
 
-from toksel.verdict import Interval, given_interval, judge, judge_within, seed_interval
+from toksel.claims.verdict import Interval, given_interval, judge, judge_within, seed_interval
 
 CONTROL_PREFIX = "control_"  # a run's control value of metric m is its metric control_<m>
 NEXT_SEED = "_next"  # a run of the next seed (cyclically), for an A/A control: "trained_next"

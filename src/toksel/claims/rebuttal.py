@@ -4,7 +4,7 @@ Each table gives, per bin of x, the mean of a token score over the tokens in the
 and how a model was trained, so only shapes are compared: our bin means are read at the table's x positions
 inside the range our kept bins cover (no extrapolation) and ranked against the table's values (Spearman), and
 the x of the lowest bin (the bottom of the U of the <cls> score) is set beside the table's. The comparison
-describes; the claims themselves are judged per token (toksel.claims). Both x axes are on one scale: the
+describes; the claims themselves are judged per token (toksel.claims.catalogue). Both x axes are on one scale: the
 posterior difference for the binary tables; for the 4-class tables, whose x spans +-0.03, the class-k
 document frequency (a class-k signed frequency counting each review once, without the 1/T of the one-step
 formula, which puts it near +-0.003).

@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from toksel.data.frequency import TYPE_NAMES  # noqa: E402
-from toksel.io import atomic_path  # noqa: E402
+from toksel.runtime.io import atomic_path  # noqa: E402
 
 TYPE_COLOURS = {-2: "#b2182b", -1: "#ef8a62", 0: "#999999", 1: "#67a9cf", 2: "#2166ac"}
 

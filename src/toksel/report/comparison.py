@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toksel.config import EMBEDDINGS
-from toksel.markdown import MISSING, table
+from toksel.report.markdown import MISSING, table
+from toksel.runtime.config import EMBEDDINGS
 
 # The paper's numbers (rebuttal): dataset not named; "test error" read as the test loss.
 PAPER = {
@@ -36,7 +36,6 @@ ROWS = (  # metric, what it is
     ("test_attention_important_mass", "attention mass on the important tokens (test)"),
     ("test_argmax_important_fraction", "sequences whose top token is important (test)"),
     ("epochs", "epochs trained"),
-    ("seconds", "seconds (the whole grid: sum over its trials is in grid.csv)"),
 )
 
 VARIANT_ROWS = (  # the ablation runs of one dataset, side by side
@@ -53,7 +52,6 @@ VARIANT_ROWS = (  # the ablation runs of one dataset, side by side
     ("test_attention_important_mass", "attention mass on the important tokens (test)"),
     ("padding_fraction", "padding in the training batches"),
     ("epochs", "epochs trained"),
-    ("seconds", "seconds"),
 )
 
 

@@ -1,6 +1,6 @@
 """The claims of one dataset measured on what the stages wrote: per seed, the one_step and gradient_flow
 stages' metrics (the `evaluate` stage's claims) and the three embedding arms' training runs (the `compare`
-stage's); toksel.claims reads them.
+stage's); toksel.claims.catalogue reads them.
 
 The training claims are read under the paper's protocol, `matched lr`: every arm at one learning rate, train.lr
 (each arm's fit at that rate, from its grid.csv), with the controls trained at that rate too. The claims whose
@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toksel.claims import CLAIMS, CONTROL_PREFIX, Measurement, Regime, in_scope, measure
-from toksel.config import EMBEDDINGS, Config, TrainConfig
+from toksel.claims.catalogue import CLAIMS, CONTROL_PREFIX, Measurement, Regime, in_scope, measure
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import read_json, read_npz
-from toksel.paths import results_dir, seed_dir
+from toksel.runtime.config import EMBEDDINGS, Config, TrainConfig
+from toksel.runtime.io import read_json, read_npz
+from toksel.runtime.paths import results_dir, seed_dir
 from toksel.theory.token_curves import CurveSettings, token_curves
 
 Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics

@@ -23,7 +23,7 @@ import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from toksel.errors import ToksError
+from toksel.runtime.errors import ToksError
 
 
 # params.yaml holds every value; the schema holds types, bounds and descriptions only. A field's default is

@@ -1,16 +1,14 @@
 """Atomic file output: write to a temporary sibling, then rename, so a killed stage leaves no half file.
 
-Inside `outputs_together()` (a stage's whole run) the renames wait for the end of the block: every file the
-stage wrote replaces its old version together, or none does. The renames are listed in a journal first, so a
-kill in the middle of them is finished by the next stage that starts (`recover_outputs`), which also removes
-the temporary files of processes that are gone.
-
-Every file written here is recorded with its size and SHA-256 in its folder's `.digests.json`, in the same
-commit. A stage reads another's output through `require_output` (or read_json, read_npz), which checks the file
-against that record: a file changed after its stage wrote it (truncated, edited, replaced) is refused with one
-line naming the stage to run again, instead of being read as plausible input (unless DVC's cache holds its exact
-bytes: DVC put it back, from a run whose record the folder no longer holds). A JSON object or npz read here
-names its file and the stage to rerun when a key it lacks is asked for.
+Inside `outputs_together()` (a stage's whole run) the renames wait for the end of the block, so that a stage that
+fails replaces none of its old outputs. Every file written here is recorded with its size and SHA-256 in its
+folder's `.digests.json`, which is put in place before the files it describes: a stage killed among its renames
+leaves old files that disagree with the record, and the next stage to read them refuses them. A stage reads
+another's output through `require_output` (or read_json, read_npz), which checks the file against that record: a
+file changed after its stage wrote it (truncated, edited, replaced, half renamed) is refused with one line naming
+the stage to run again, instead of being read as plausible input (unless DVC's cache holds its exact bytes: DVC
+put it back, from a run whose record the folder no longer holds). A JSON object or npz read here names its file
+and the stage to rerun when a key it lacks is asked for.
 """
 
 from __future__ import annotations
@@ -21,26 +19,24 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from toksel.errors import ToksError
-from toksel.paths import project_root
+from toksel.runtime.errors import ToksError
+from toksel.runtime.paths import project_root
 
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # .<name>.tmp-<pid>, next to <name>
 DIGESTS = ".digests.json"  # in each folder written: {file name: [size, sha256]}
-JOURNALS = Path(".toksel")  # in the working directory: the renames of a commit in progress
-SEARCHED = ("data", "results")  # where stages write, and so where temporary files can be left
+SEARCHED = ("data", "results", "runs")  # where stages write, and so where temporary files can be left
 
 
 class _Transaction:
     def __init__(self) -> None:
         self.renames: dict[Path, Path] = {}  # final path -> its temporary file, in the order written
-        self.after: list[Callable[[], None]] = []  # what waits for the files (logging them as artifacts)
 
 
 _open: list[_Transaction] = []
@@ -70,12 +66,10 @@ def pending(path: Path | str) -> bool:
     return bool(_open) and Path(path) in _open[-1].renames
 
 
-def after_outputs(action: Callable[[], None]) -> None:
-    """Run `action` once the open outputs_together block has put its files in place (now, if none is open)."""
-    if _open:
-        _open[-1].after.append(action)
-    else:
-        action()
+def file_sha256(path: Path | str) -> str:
+    """The SHA-256 of `path` as this stage wrote it (its temporary file while it waits for outputs_together)."""
+    path = Path(path)
+    return _digest(_open[-1].renames.get(path, path) if _open else path)[1]
 
 
 @contextmanager
@@ -92,8 +86,6 @@ def outputs_together() -> Iterator[None]:
     finally:
         _open.remove(transaction)
     _commit(transaction.renames)
-    for action in transaction.after:
-        action()
 
 
 def _digest(path: Path) -> list:
@@ -126,24 +118,9 @@ def _record_digests(renames: dict[Path, Path], now: bool = False) -> dict[Path, 
 
 
 def _commit(renames: dict[Path, Path]) -> None:
-    if not renames:
-        return
-    renames = {**renames, **_record_digests(renames)}
-    JOURNALS.mkdir(exist_ok=True)
-    journal = JOURNALS / f"commit-{os.getpid()}.json"
-    with open(journal.with_suffix(".tmp"), "w") as handle:  # complete before it counts
-        json.dump([[str(tmp), str(path)] for path, tmp in renames.items()], handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(journal.with_suffix(".tmp"), journal)
-    _finish(journal)
-
-
-def _finish(journal: Path) -> None:
-    for tmp, path in json.loads(journal.read_text()):
-        if Path(tmp).exists():
-            os.replace(tmp, path)
-    journal.unlink()
+    """The folders' records first, then the files they describe (see the module's note on a kill among them)."""
+    for path, tmp in [*_record_digests(renames).items(), *renames.items()]:
+        os.replace(tmp, path)
 
 
 def _alive(pid: int) -> bool:
@@ -156,15 +133,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def recover_outputs() -> list[str]:
-    """Finish the commits a killed stage left half done, then remove the temporary files of processes that are
-    gone; returns what it did, a line each."""
+def remove_leftovers() -> list[str]:
+    """Remove the temporary files that processes now gone left in the stages' output folders; a line for each."""
     done = []
-    for journal in sorted(JOURNALS.glob("commit-*.json")) if JOURNALS.is_dir() else []:
-        pid = int(journal.stem.removeprefix("commit-"))
-        if not _alive(pid):
-            _finish(journal)
-            done.append(f"finished replacing the outputs of process {pid}, which was stopped while doing so")
     for folder in map(Path, SEARCHED):
         for tmp in folder.rglob(".*.tmp-*") if folder.is_dir() else []:
             match = TEMPORARY.match(tmp.name)

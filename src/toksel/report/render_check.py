@@ -1,6 +1,6 @@
 """Open an HTML report in headless Chromium and count the images that did not load.
 
-    python -m toksel.render_check results/report/report.html [--screenshot page.png]
+    python -m toksel.report.render_check results/report/report.html [--screenshot page.png]
 
 The page is copied with a small script that, once the page has loaded, writes the number of images and of
 broken ones (not complete, or no natural width) onto <body>; Chromium's --dump-dom prints the DOM after
@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from toksel.errors import ToksError
+from toksel.runtime.errors import ToksError
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
 PROBE = """<script>
@@ -91,7 +91,7 @@ def render(page: Path, screenshot: Path | None = None) -> Rendering:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toksel.render_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m toksel.report.render_check", description=__doc__.splitlines()[0])
     parser.add_argument("page", type=Path, help="the HTML file, e.g. results/report/report.html")
     parser.add_argument("--screenshot", type=Path, help="also save a screenshot of the page here (PNG)")
     args = parser.parse_args(argv)

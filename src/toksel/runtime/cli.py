@@ -1,7 +1,7 @@
 """The shared entry point of every stage: `python -m pipelines.<stage> [key=value ...]`.
 
-Loads and validates the config (before anything is opened or written), runs the stage inside its MLflow
-run, and turns bad input into one line on stderr and exit code 2.
+Loads and validates the config (before anything is opened or written), runs the stage with its run records
+(runtime/records.py: what MLflow will show of it), and turns bad input into one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,33 +13,35 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from toksel.config import Config, describe, load_config, read_config
-from toksel.distributed import WorkerFinished, is_worker
-from toksel.errors import Terminated, ToksError
-from toksel.io import outputs_together, recover_outputs, write_json
-from toksel.known_warnings import silence_known_warnings
-from toksel.tracking import StageRun, gathered_metrics, stage_run
-from toksel.workspace import check_experiment_alone, check_params_unchanged, keep_lock_copy
+from toksel.runtime.config import Config, describe, load_config, params_hash, read_config
+from toksel.runtime.distributed import WorkerFinished, is_worker
+from toksel.runtime.errors import Terminated, ToksError
+from toksel.runtime.io import outputs_together, remove_leftovers, write_json
+from toksel.runtime.known_warnings import silence_known_warnings
+from toksel.runtime.records import (
+    Recorded,
+    RunRecord,
+    flatten,
+    gathered_metrics,
+    pipeline_key,
+    source_tags,
+    write_records,
+)
+from toksel.runtime.workspace import check_experiment_alone, check_params_unchanged, keep_lock_copy
 
 # A full disk, a quota, a read-only or forbidden folder, a file-size limit (ulimit -f): the machine's fault, told in
 # one line, not a traceback.
 OUTPUT_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG}
 
-StageBody = Callable[[Config, StageRun], None]
+StageBody = Callable[[Config, RunRecord], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
 Seeds = Callable[[Config], list[int]]  # the seeds a stage runs, if not all of base.seeds
 Variant = Callable[[Config], str]  # what tells a stage's runs on one dataset apart, for their names
-
-
-def show_progress() -> bool:
-    """Progress bars on a terminal, off in CI (CI set) or when TOKSEL_PROGRESS=0."""
-    if os.environ.get("TOKSEL_PROGRESS") is not None:
-        return os.environ["TOKSEL_PROGRESS"] not in ("0", "false", "")
-    return not os.environ.get("CI") and sys.stderr.isatty()
 
 
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
@@ -48,7 +50,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     """Run `body` as the stage `stage` (its config sections `sections`).
 
     seeded: the run is of one seed (`seed=`, tagged). every_seed: the body runs once for every seed of base.seeds,
-    one after the other in this one process (its imports and data loaded once), each seed its own MLflow stage run
+    one after the other in this one process (its imports and data loaded once), each seed its own run record
     tagged `seed`, as a stage per seed would be; the metrics the seeds record under every_seed(config) are then
     gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
     seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
@@ -70,7 +72,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     silence_known_warnings()
     with _signals_raise():
         return _run(stage, sections, body, argv, seeded, every_seed, seeds, from_command_line,
-                    RunNaming(per_dataset, variant))
+                    RunNaming(stage, per_dataset, variant))
 
 
 STOPPING = (signal.SIGTERM, signal.SIGINT)  # a `kill`, DVC or CI stopping a stage; Ctrl-C
@@ -107,12 +109,46 @@ def _stop_with_parent() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RunNaming:
+    stage: str
     per_dataset: bool
     variant: Variant | None
 
-    def of(self, config: Config) -> dict:
-        """stage_run's keyword arguments that name a run of `config`."""
-        return {"per_dataset": self.per_dataset, "variant": self.variant(config) if self.variant else None}
+    def name(self, config: Config, seeded: bool) -> str:
+        """What a run is, in words: `gradient_flow imdb seed 1`, `ablation yelp_polarity two_layer_kq seed 0`."""
+        parts = [self.stage, config.dataset if self.per_dataset else None,
+                 self.variant(config) if self.variant else None, f"seed {config.seed}" if seeded else None]
+        return " ".join(part for part in parts if part)
+
+    def records_path(self, config: Config) -> Path:
+        """runs/<stage>[/<dataset>][/<variant>].json: the stage's run records, a DVC output of their own."""
+        parts = [self.stage, config.dataset if self.per_dataset else None,
+                 self.variant(config).replace(" ", "") if self.variant else None]
+        return Path("runs", *[part for part in parts if part]).with_suffix(".json")
+
+    def record(self, config: Config, sections: tuple[str, ...], seeded: bool, dataset_input: bool,
+               recorded: Recorded) -> RunRecord:
+        """The stage run's record: tagged with the stage, its dataset (a per-dataset stage's only), its seed and the
+        digest of its settings; its parameters the effective values of its sections, flattened."""
+        resolved = config.sections(sections)
+        tags = {"stage": self.stage, "params_hash": params_hash(resolved), **source_tags(self.stage),
+                **({"dataset": config.dataset} if self.per_dataset else {}),
+                **({"seed": str(config.seed)} if seeded else {})}
+        params = {**flatten(resolved), **({"seed": config.seed} if seeded else {})}
+        record = RunRecord(self.name(config, seeded), tags, params, recorded)
+        if dataset_input:  # the run's dataset, shown as its MLflow input: name, digest of its settings, source
+            data = config.data
+            source = data.hub_id if data.source == "hub" else f"synthetic ({data.synthetic.mode})"
+            record.inputs.append({"name": config.dataset, "source": source,
+                                  "digest": params_hash({"data": config.sections(["data"])})})
+        return record
+
+
+def _pipeline(read_params: Path) -> dict[str, str]:
+    """The pipeline execution a stage's records belong to: its key, its name (the DVC experiment's, else the
+    workspace's with the time) and the params.yaml the stage read."""
+    return {"key": pipeline_key(), "experiment": os.environ.get("DVC_EXP_NAME", ""),
+            "name": os.environ.get("DVC_EXP_NAME") or f"workspace {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            "params_yaml": read_params.read_text() if read_params.exists() else ""}
 
 
 def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str], seeded: bool,
@@ -126,35 +162,36 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         config = read.config
         check_experiment_alone()
 
-        def check_workspace() -> None:  # at the end, before the outputs replace the old ones
-            check_params_unchanged(read.params_path, read.params_digest)
-            check_experiment_alone()
-
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
                             "set base.seeds=[<seed>] instead of seed=")
         if not is_worker():
-            for line in recover_outputs():
+            for line in remove_leftovers():
                 print(f"{stage}: {line}", file=sys.stderr)
-        # Every output of the stage (all its seeds) replaces the old ones together, and only then is logged.
-        if every_seed is None:
-            with stage_run(stage, config, sections, seeded, dataset_input=told_dataset(argv),
-                           **naming.of(config)) as run, outputs_together():
-                body(config, run)
-                check_workspace()
-        else:
-            with outputs_together():
-                _every_seed(stage, sections, config, body, every_seed(config), told_dataset(argv),
-                            seeds(config) if seeds is not None else config.base.seeds, naming)
-                check_workspace()
+        # Every output of the stage (all its seeds, its run records) replaces the old ones together.
+        recorded: Recorded = []
+        records = []
+        with outputs_together():
+            for seed in [config.seed] if every_seed is None else (seeds or _all_seeds)(config):
+                one = config if every_seed is None else dataclasses.replace(config, seed=seed)
+                record = naming.record(one, sections, seeded or every_seed is not None, told_dataset(argv), recorded)
+                records.append(record)
+                with record.run():
+                    body(one, record)
+            if not is_worker():
+                if every_seed is not None:
+                    write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))
+                write_records(naming.records_path(config), records, _pipeline(read.params_path))
+            # at the end, before the outputs replace the old ones
+            check_params_unchanged(read.params_path, read.params_digest)
+            check_experiment_alone()
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
         return 2
     except Terminated as stopped:
-        print(f"{stage}: stopped by {signal.Signals(stopped.signum).name}: its MLflow runs are marked KILLED and its "
-              "old outputs kept", file=sys.stderr)
+        print(f"{stage}: stopped by {signal.Signals(stopped.signum).name}: its old outputs are kept", file=sys.stderr)
         return 128 + stopped.signum
     except OSError as error:
         if error.errno not in OUTPUT_ERRORS:
@@ -166,18 +203,10 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
     return 0
 
 
+def _all_seeds(config: Config) -> list[int]:
+    return config.base.seeds
+
+
 def told_dataset(argv: Sequence[str]) -> bool:
     """Whether the stage was given its dataset (dvc.yaml's per-dataset stages are): then it is the run's input."""
     return any(arg.split("=", 1)[0] == "dataset" for arg in argv)
-
-
-def _every_seed(stage: str, sections: tuple[str, ...], config: Config, body: StageBody, folder: Path,
-                dataset_input: bool, seeds: list[int], naming: RunNaming) -> None:
-    recorded: list[tuple[Path, dict]] = []
-    for seed in seeds:
-        seeded = dataclasses.replace(config, seed=seed)
-        with stage_run(stage, seeded, sections, seeded=True, recorded=recorded, dataset_input=dataset_input,
-                       **naming.of(seeded)) as run:
-            body(seeded, run)
-    if not is_worker():
-        write_json(folder.with_suffix(".json"), gathered_metrics(recorded, folder))

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toksel.config import EMBEDDINGS, Config
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.io import read_npz
-from toksel.markdown import escape
 from toksel.models.reading import Reading, read_sequence
-from toksel.paths import results_dir, seed_dir
+from toksel.report.markdown import escape
+from toksel.runtime.config import EMBEDDINGS, Config
+from toksel.runtime.io import read_npz
+from toksel.runtime.paths import results_dir, seed_dir
 
 MODEL = "model.npz"  # what a training stage keeps of each fitted model (training/record.py)
 MAX_TOKENS = 40  # a review shown whole on a line or two

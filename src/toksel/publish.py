@@ -1,0 +1,59 @@
+"""Show the stages' run records (runs/) as MLflow runs: `python -m toksel.publish [<tracking URI>]`.
+
+The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project>/mlflow.db;
+run it by hand for any other store (a team server). It is idempotent (toksel/tracking/view.py): run it again after
+a failure, twice or at once, and the store holds each run once, none left RUNNING. A store that does not answer is
+one line and exit 2; the results are all in place, and running it again finishes the job. MLflow's own settings
+bound its waits: MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from toksel.runtime.errors import ToksError
+from toksel.runtime.io import write_json
+from toksel.runtime.paths import tracking_uri
+from toksel.tracking.view import Publisher, read_specs
+
+SUMMARY = Path("results/publish.json")  # the stage's output: what the store holds of the records
+
+
+def _without_password(uri: str) -> str:
+    return re.sub(r"//[^/@]*@", "//", uri)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(__doc__.strip())
+        return 0
+    uri = argv[0] if argv else tracking_uri()
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    try:
+        published = Publisher(uri).publish(read_specs())
+    except ToksError as error:
+        print(f"publish: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 (whatever the store raises: one line, the records stay)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        if re.search(r"error code (401|403)\b", reason):  # MLflow's words for a refused login
+            reason += " - the server asks who you are: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+        print(f"publish: the MLflow store {_without_password(uri)} failed ({type(error).__name__}: {reason}); "
+              "nothing is lost: run `python -m toksel.publish` again once it answers", file=sys.stderr)
+        return 2
+    for path in published.skipped_artifacts:
+        print(f"publish: {path} has changed since its stage wrote it: not shown", file=sys.stderr)
+    if not argv:
+        write_json(SUMMARY, {"runs": published.runs, "artifacts_not_shown": len(published.skipped_artifacts)})
+    print(f"publish: {published.runs} runs in {_without_password(uri)} ({published.created} made now, "
+          f"{published.removed} unfinished or duplicate removed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

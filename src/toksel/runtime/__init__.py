@@ -1,0 +1,1 @@
+"""What every stage runs on: its entry point, config, file outputs, paths, errors and process handling."""

@@ -1,0 +1,200 @@
+"""Run records: what a stage's MLflow runs will show, written into the stage's own outputs.
+
+A stage never opens MLflow. Each of its runs (one per seed, and one nested in it per learning-rate trial, control
+or phase cell) is a RunRecord: its name, tags, the effective parameters it ran with, its metrics with their
+steps, and the files to show as its artifacts with their SHA-256. The stage writes its records, all together with
+its other outputs, to one JSON file under runs/ (a DVC output of its own): timings and memory live there, apart
+from the results that later stages read, so a rerun that computes the same numbers changes nothing downstream.
+`python -m toksel.publish` shows the records as MLflow runs (toksel.tracking.view).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from toksel.runtime.errors import Terminated, ToksError
+from toksel.runtime.io import file_sha256, write_json
+from toksel.runtime.paths import project_root
+from toksel.runtime.processes import Process
+
+TELEMETRY = frozenset({"seconds", "peak_memory_mb"})  # how the run went, not what it found: kept out of results
+TRIAL_TAG = "toksel.trial"  # on a nested run: which trial of its stage's run it is ("lr 0.001", "control: ...")
+PIPELINE_ID = re.compile(r"[A-Za-z0-9._:-]+")
+Recorded = list[tuple[Path, dict[str, Any]]]  # (path, metrics) of every record_metrics of a stage
+
+
+def peak_memory_mb() -> float:
+    """The peak resident memory of this process so far, in MiB: VmHWM on Linux, which starts afresh when the
+    process execs (ru_maxrss would include a 3 GiB parent that forked it)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
+
+
+def pipeline_key() -> str:
+    """What the stages of one pipeline execution share, so that they show under one parent run:
+    $TOKSEL_PIPELINE_ID, else the `dvc` process that started them, else this process."""
+    if os.environ.get("TOKSEL_PIPELINE_ID"):
+        key = os.environ["TOKSEL_PIPELINE_ID"]
+        if not PIPELINE_ID.fullmatch(key):  # it stands quoted in a search of the store
+            raise ToksError(f"TOKSEL_PIPELINE_ID {key!r} may hold only letters, digits and . _ : -")
+        return key
+    process = psutil.Process()
+    for ancestor in process.parents():
+        try:
+            if any(Path(word).name == "dvc" for word in ancestor.cmdline()[:3]):  # dvc, python -m dvc
+                return f"dvc-{Process.of(ancestor.pid)}"
+        except psutil.Error:
+            continue
+    return f"process-{Process.of(process.pid)}"
+
+
+@functools.cache  # asked by every run a process opens: git runs once
+def git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=project_root()).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def source_tags(stage: str) -> dict[str, str]:
+    """MLflow's own tags for where a run comes from (the git commit, the stage's module), and the DVC experiment's
+    name when `dvc exp run` started it (DVC sets DVC_EXP_NAME)."""
+    tags = {"git_sha": git_sha(), "mlflow.source.git.commit": git_sha(), "mlflow.source.name": f"pipelines/{stage}.py",
+            "mlflow.source.type": "LOCAL"}
+    if os.environ.get("DVC_EXP_NAME"):
+        tags["dvc.experiment"] = os.environ["DVC_EXP_NAME"]
+    return tags
+
+
+def without_telemetry(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The metrics but the TELEMETRY names, at every depth (a prepare's draws, a phase row's cells)."""
+    return {name: without_telemetry(value) if isinstance(value, Mapping) else value
+            for name, value in metrics.items() if name not in TELEMETRY}
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class RunRecord:
+    """One run to show: metrics, histories, artifacts and nested runs are recorded here."""
+
+    def __init__(self, name: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None,
+                 recorded: Recorded | None = None) -> None:
+        self.name, self.tags = name, dict(tags)
+        self.params = {key: str(value) for key, value in (params or {}).items()}
+        self.metrics: dict[str, list[list[float]]] = {}  # name -> [[step, value, time in ms], ...]
+        self.artifacts: list[dict[str, str | None]] = []
+        self.inputs: list[dict[str, str]] = []  # datasets read: name, digest, source
+        self.children: list[RunRecord] = []
+        self.status, self.started, self.ended = "RUNNING", time.time(), None
+        self.recorded = [] if recorded is None else recorded  # shared by the runs of one stage
+
+    def record_metrics(self, path: Path, metrics: Mapping[str, Any], logged: Iterable[str] = ()) -> None:
+        """Write `metrics` but the telemetry to `path` (JSON, for DVC and the later stages) and record them all with
+        this process's peak memory so far; names in `logged` already ended their history on these values."""
+        results = without_telemetry(metrics)
+        write_json(path, results)
+        self.recorded.append((Path(path), results))
+        logged = set(logged)
+        self.log_metrics({name: value for name, value in {**metrics, "peak_memory_mb": peak_memory_mb()}.items()
+                          if name not in logged})
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
+        """Finite numbers only: None, NaN and inf (JSON's null) and nested groups are left out."""
+        now = int(time.time() * 1000)
+        for name, value in metrics.items():
+            if isinstance(value, int | float) and np.isfinite(value):
+                self.metrics.setdefault(name, []).append([int(step), float(value), now])
+
+    def log_history(self, steps: np.ndarray, series: Mapping[str, np.ndarray]) -> None:
+        """Per-step curves: one history per name."""
+        now = int(time.time() * 1000)
+        for name, values in series.items():
+            self.metrics.setdefault(name, []).extend(
+                [int(step), float(value), now] for step, value in zip(steps, values, strict=True)
+                if np.isfinite(value))
+
+    def log_artifact(self, path: Path | str, folder: str | None = None, pipeline: bool = False) -> None:
+        """A file of the stage's outputs to show with the run (in `folder`), and with the pipeline's parent run too
+        when `pipeline`; its SHA-256 now, so that the view shows these bytes or none."""
+        self.artifacts.append({"path": str(path), "folder": folder, "sha256": file_sha256(path),
+                               **({"pipeline": "yes"} if pipeline else {})})
+
+    def set_tag(self, key: str, value: str) -> None:
+        self.tags[key] = str(value)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self.params.update((key, str(value)) for key, value in params.items())
+
+    @contextmanager
+    def run(self) -> Iterator[RunRecord]:
+        """Ends the record FINISHED, or FAILED on an error, KILLED on a stop."""
+        self.status = "FAILED"
+        try:
+            yield self
+            self.status = "FINISHED"
+        except Terminated:
+            self.status = "KILLED"
+            raise
+        finally:
+            self.ended = time.time()
+
+    @contextmanager
+    def child(self, name: str, tags: Mapping[str, str]) -> Iterator[RunRecord]:
+        """A run nested under this one, with this run's tags, `tags` on top and TRIAL_TAG = name."""
+        child = RunRecord(name, {**self.tags, **tags, TRIAL_TAG: name}, recorded=self.recorded)
+        self.children.append(child)
+        with child.run():
+            yield child
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "started": self.started, "ended": self.ended,
+                "tags": self.tags, "params": self.params, "metrics": self.metrics, "artifacts": self.artifacts,
+                "inputs": self.inputs, "children": [child.as_dict() for child in self.children]}
+
+
+def write_records(path: Path, records: list[RunRecord], pipeline: Mapping[str, str]) -> None:
+    """A stage's records, with the pipeline execution they belong to (its key, its name and params.yaml)."""
+    write_json(path, {"format": 1, "pipeline": dict(pipeline), "runs": [record.as_dict() for record in records]})
+
+
+def gathered_metrics(recorded: Iterable[tuple[Path, Mapping[str, Any]]], folder: Path) -> dict[str, Any]:
+    """The metrics recorded inside `folder`, nested by their subfolders:
+    folder/seed0/metrics.json -> {"seed0": {...}}, folder/trained/seed0/metrics.json -> {"trained": {"seed0": ...}}."""
+    gathered: dict[str, Any] = {}
+    for path, metrics in recorded:
+        try:
+            parts = path.parent.relative_to(folder).parts
+        except ValueError:
+            continue
+        node = gathered
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1] if parts else path.stem] = dict(metrics)
+    return gathered

@@ -1,0 +1,1 @@
+"""MLflow as a view of the stages' outputs: the run records stages write and the step that shows them."""

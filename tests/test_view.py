@@ -1,0 +1,155 @@
+"""The MLflow view of the run records: idempotent when run twice, at once, and after a kill midway."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from tests.helpers import ROOT
+from toksel import publish
+from toksel.runtime.io import outputs_together, write_text
+from toksel.runtime.records import RunRecord, write_records
+from toksel.tracking.view import Publisher
+
+STAGE_RUNS = 3  # per pipeline below: three seeds, each with two trials
+PER_PIPELINE = 1 + STAGE_RUNS * 3
+
+
+def _records(project: Path, pipeline: str = "pipeline-a", seeds: int = STAGE_RUNS) -> None:
+    """runs/train/synthetic.json as a stage writes it: three seed runs, each with a history, an artifact and two
+    nested trials."""
+    records = []
+    with outputs_together():
+        for seed in range(seeds):
+            record = RunRecord(f"train synthetic seed {seed}", {"stage": "train", "dataset": "synthetic",
+                                                                 "seed": str(seed)}, {"train.lr": 0.02, "seed": seed})
+            with record.run():
+                write_text(Path("results") / "train" / f"seed{seed}.md", f"seed {seed}\n")
+                record.log_artifact(Path("results") / "train" / f"seed{seed}.md")
+                record.log_history(np.arange(5), {"val_loss": np.linspace(1, 0.5, 5)})
+                for lr in (0.01, 0.02):
+                    with record.child(f"lr {lr}", {"lr": str(lr)}) as trial:
+                        trial.log_metrics({"test_accuracy": 0.5 + lr + seed})
+            records.append(record)
+        write_records(Path("runs") / "train" / "synthetic.json", records,
+                      {"key": pipeline, "experiment": "", "name": "workspace now", "params_yaml": "seed: 0\n"})
+
+
+def _store(project: Path) -> tuple[MlflowClient, list]:
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("toksel")
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def _check_once(project: Path, pipelines: int = 1, seeds: int = STAGE_RUNS) -> list:
+    client, runs = _store(project)
+    assert len(runs) == (1 + 3 * seeds) * pipelines
+    assert all(run.info.status == "FINISHED" for run in runs)
+    assert len({run.data.tags["toksel.record"] for run in runs}) == len(runs)
+    by_id = {run.info.run_id: run for run in runs}
+    for run in runs:  # nesting: parent -> seed run -> trial, each parent alive
+        parent = run.data.tags.get("mlflow.parentRunId")
+        depth = 0
+        while parent is not None:
+            assert parent in by_id
+            parent, depth = by_id[parent].data.tags.get("mlflow.parentRunId"), depth + 1
+        assert depth == {"pipeline": 0, None: 2}.get(run.data.tags.get("stage") if "toksel.trial" not in
+                                                     run.data.tags else None, 1)
+    return runs
+
+
+def test_publishing_twice_is_once_and_the_runs_show_the_records(project, capsys):
+    _records(project)
+    assert publish.main([]) == 0
+    runs = _check_once(project)
+    assert publish.main([]) == 0
+    assert "0 made now" in capsys.readouterr().out
+    assert {run.info.run_id for run in _check_once(project)} == {run.info.run_id for run in runs}
+    client, runs = _store(project)
+    seed1 = next(run for run in runs if run.info.run_name == "train synthetic seed 1")
+    assert seed1.data.params == {"train.lr": "0.02", "seed": "1"} and seed1.data.tags["dataset"] == "synthetic"
+    assert [m.value for m in client.get_metric_history(seed1.info.run_id, "val_loss")] == list(np.linspace(1, 0.5, 5))
+    assert [a.path for a in client.list_artifacts(seed1.info.run_id)] == ["params.yaml", "seed1.md"]
+    assert json.loads((project / "results" / "publish.json").read_text())["runs"] == PER_PIPELINE
+    # A new stage run (another pipeline) adds its runs; the old ones stay once.
+    (project / "runs" / "train" / "synthetic.json").rename(project / "runs" / "old.json")
+    _records(project, "pipeline-b")
+    assert publish.main([]) == 0
+    _check_once(project, pipelines=2)
+
+
+def test_an_artifact_changed_after_its_stage_is_not_shown(project, capsys):
+    _records(project)
+    (project / "results" / "train" / "seed0.md").write_text("edited by hand\n")
+    assert publish.main([]) == 0
+    assert "results/train/seed0.md has changed since its stage wrote it" in capsys.readouterr().err
+    client, runs = _store(project)
+    seed0 = next(run for run in runs if run.info.run_name == "train synthetic seed 0")
+    assert [a.path for a in client.list_artifacts(seed0.info.run_id)] == ["params.yaml"]
+
+
+def _publisher(project: Path, kill_after: int | None = None) -> subprocess.Popen:
+    """`python -m toksel.publish` in its own process; with kill_after, it kills itself (SIGKILL) right after making
+    that many runs, before it ends the last one."""
+    code = "import sys; from toksel import publish; sys.exit(publish.main())"
+    if kill_after is not None:
+        code = ("import os, signal; from toksel.tracking import view\n"
+                "made = []\ncreate = view.Publisher._create\n"
+                "def dying(self, spec, parent):\n"
+                "    made.append(spec)\n"
+                f"    if len(made) > {kill_after}:\n"
+                "        self.client.create_run(self.experiment_id, run_name='half made', tags={\n"
+                "            view.RECORD_TAG: spec.key, view.PIPELINE_KEY_TAG: spec.pipeline,\n"
+                "            view.PUBLISHER_TAG: self.me})\n"
+                "        os.kill(os.getpid(), signal.SIGKILL)\n"
+                "    return create(self, spec, parent)\n"
+                "view.Publisher._create = dying\n" + code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code], cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_publisher_killed_midway_is_finished_by_the_next(project):
+    _records(project)
+    killed = _publisher(project, kill_after=4)
+    killed.communicate(timeout=120)
+    assert killed.returncode == -9
+    client, runs = _store(project)
+    assert "RUNNING" in {run.info.status for run in runs} and len(runs) == 5
+    assert publish.main([]) == 0
+    _check_once(project)
+
+
+def test_publishers_at_once_leave_each_run_once(project):
+    """Three publishers started together on a store that exists, so that none waits for another to make it: they
+    overlap (tried: 99 and 89 runs made for 61 records), and what they made twice they removed."""
+    _records(project, seeds=20)
+    Publisher(f"sqlite:///{project / 'mlflow.db'}")
+    started = [_publisher(project) for _ in range(3)]
+    for process in started:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+    _check_once(project, seeds=20)
+
+
+def test_a_store_that_fails_is_one_line_and_exit_2(project, capsys):
+    _records(project)
+    (project / "mlflow.db").write_bytes(b"this is no sqlite database" * 100)
+    assert publish.main([]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "run `python -m toksel.publish` again" in error[0]
+
+
+@pytest.mark.parametrize(("content", "said"), [('{"runs": [', "runs/one_step.json is damaged"),
+                                              ('{"runs": []}', "runs/one_step.json is not a stage's run records")])
+def test_a_damaged_record_is_one_line_and_exit_2(project, capsys, content, said):
+    (project / "runs").mkdir()
+    (project / "runs" / "one_step.json").write_text(content)
+    assert publish.main([]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and said in error[0]
