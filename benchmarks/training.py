@@ -21,7 +21,7 @@ import torch
 
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.runtime.config import Config
 from toksel.runtime.io import read_npz

@@ -19,7 +19,7 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config, params_hash

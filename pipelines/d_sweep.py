@@ -58,7 +58,8 @@ def d_sweep(config: Config, run: RunRecord) -> None:
             fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed, "d": d}) + file_digest(
                 folder / "train.npz")
             for arm in SWEPT:
-                with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)}) as child:
+                with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)},
+                               {"arm": arm, "model.d": d}) as child:
                     fitted = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
                                                 checkpoint_dir("d_sweep", f"{dataset}/d{d}/{arm}") / f"seed{seed}",
                                                 fingerprint, child, seed, show_progress(), arms.tokens,

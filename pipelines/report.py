@@ -19,10 +19,9 @@ from toksel.report.document import (
     flow_note,
     forest_rows,
     headline,
-    html_page,
-    markdown,
     read_calibration,
     read_measurements,
+    render,
     rows,
     sensitivity,
     tally,
@@ -49,10 +48,10 @@ def report(config: Config, run: RunRecord) -> None:
     calibration = read_calibration()
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
-    write_text(OUT / "report.md", markdown(TITLE, sections, found, shown, OUT, readings_markdown(reviews),
-                                           calibration, notes, sweep))
-    write_text(OUT / "report.html", html_page(TITLE, sections, found, shown, readings_html(reviews),
-                                              calibration, notes, sweep))
+    readings = {"md": "\n".join(readings_markdown(reviews)) + ("\n" if reviews else ""), "html": readings_html(reviews)}
+    for markup in ("md", "html"):
+        write_text(OUT / f"report.{markup}", render(markup, TITLE, sections, found, shown, OUT, readings[markup],
+                                                    calibration, notes, sweep))
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")

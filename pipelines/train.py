@@ -39,7 +39,7 @@ def train(config: Config, run: RunRecord) -> None:
     fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")
     curves = curve_settings(config.train)
     for arm in settings.arms:
-        with run.child(f"{arm} seed {seed}", {"embeddings": arm}) as arm_run:
+        with run.child(f"{arm} seed {seed}", {"embeddings": arm}, {"arm": arm}) as arm_run:
             trained = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
                                          checkpoint_dir("train", f"{dataset}/{arm}") / f"seed{seed}",
                                          fingerprint, arm_run, seed, show_progress(), tokens, curves,

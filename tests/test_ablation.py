@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from pipelines import ablation, prepare
 from tests.helpers import TINY, published_runs, seed_folder
 from toksel.claims.rebuttal import TABLES, shape_agreement
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.runtime.config import SEQUENCE_VARIANTS
 from toksel.training.sequence_classifier import SequenceModule

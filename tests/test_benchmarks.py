@@ -12,7 +12,7 @@ from benchmarks.timing import timed
 from tests.helpers import TINY
 from toksel.data.corpus import PackedSplit
 from toksel.models.fused import FusedBags
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.runtime.config import load_config
 
 

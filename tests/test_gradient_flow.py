@@ -8,7 +8,7 @@ from tests.test_one_step import _class_biased_split
 from toksel.data.frequency import class_signed_frequency
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.theory.convergence import agreement, analyse_trajectory, log_growth
 from toksel.theory.gradient_flow import halved, record_times, run_gradient_flow
 from toksel.theory.one_step import one_gradient_step_on_embeddings

@@ -6,7 +6,8 @@ import torch
 
 from toksel.data.corpus import PackedSplit
 from toksel.models import one_layer
-from toksel.models.one_layer import Bags, classification_loss, dense_forward, forward, initialise
+from toksel.models.initial import initialise
+from toksel.models.one_layer import Bags, classification_loss, dense_forward, forward
 
 
 def _case(seed=0, n=25, vocab=12, T=7, d=16, num_classes=2):

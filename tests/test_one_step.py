@@ -9,7 +9,8 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import average_signed_frequency, class_signed_frequency
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1, generate_independent
 from toksel.models.fused import FusedBags
-from toksel.models.one_layer import Bags, initialise, loss
+from toksel.models.initial import initialise
+from toksel.models.one_layer import Bags, loss
 from toksel.theory.one_step import alignment_metrics, one_gradient_step_on_embeddings, theory_slope
 
 VOCAB = SyntheticVocabulary(n_positive=6, n_negative=6, n_irrelevant=28)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.models.sequence import SequenceClassifier, masked_softmax
 
 VARIANTS = {"one layer": {}, "two layers": {"layers": 2}, "two layers, W_KQ": {"layers": 2, "trained_kq": True},

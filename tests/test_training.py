@@ -63,6 +63,9 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     trials = {run.data.tags["labels"]: run for run in runs if run.data.tags.get("mlflow.parentRunId")
               == training.info.run_id}
     assert trials.keys() == {"true", "shuffled"} and trials["true"].data.tags["lr"] == "0.02"
+    # Every run carries the values it ran with: the stage's, and its own on top (the arm, the fit's rate).
+    assert training.data.params["arm"] == "trained" and training.data.params["model.d"] == stage.data.params["model.d"]
+    assert trials["true"].data.params["train.lr"] == "0.02" and trials["true"].data.params["labels"] == "true"
     assert (trials["true"].data.tags["phase"], trials["shuffled"].data.tags["phase"]) == ("kept", "control")
     assert all(run.data.tags["seed"] == "0" and run.info.status == "FINISHED" for run in trials.values())
     losses = [point.value for point in client.get_metric_history(trials["true"].info.run_id, "train_loss_epoch")]
@@ -235,3 +238,23 @@ def test_a_checkpoint_cut_short_is_not_resumed_from(tmp_path):
     with pytest.warns(UserWarning, match="cannot be read"):
         assert resumable_checkpoint(folder, "fingerprint") is None
     assert not (folder / "fingerprint" / "last.ckpt").exists() and (folder / "fingerprint").is_dir()
+
+
+def test_live_curves_go_to_mlflow_as_a_fit_trains_and_publish_completes_those_runs(prepared):
+    """tracking.live: each fit's curves reach the store while it trains; publishing makes no second run of it."""
+    assert train.main([*TINY, *TRAIN, "tracking.live=true"]) == 0
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("toksel").experiment_id
+    live = client.search_runs([experiment], "tags.`toksel.live` != ''")
+    assert len(live) == 2  # the kept fit and the control, before any publishing
+    assert len(client.get_metric_history(live[0].info.run_id, "train_loss_epoch")) == 6
+    for _ in range(2):  # twice is once
+        runs = published_runs(prepared, "tags.stage = 'train'")
+        assert len(runs) == 4  # the stage, its arm, its two fits: the live runs completed, not doubled
+    trials = [run for run in runs if "labels" in run.data.tags]
+    assert {run.info.run_id for run in trials} == {run.info.run_id for run in live}
+    arm = next(run for run in runs if run.data.tags.get("embeddings") == "trained" and "labels" not in run.data.tags)
+    for trial in trials:
+        assert trial.data.tags["mlflow.parentRunId"] == arm.info.run_id and trial.info.status == "FINISHED"
+        assert trial.data.params["train.lr"] == "0.02"
+        assert len(client.get_metric_history(trial.info.run_id, "train_loss_epoch")) == 6  # not sent twice

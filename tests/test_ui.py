@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from pipelines import prepare
+from pipelines import gradient_flow, prepare
 from tests.helpers import TINY, published_runs
 from toksel import ui
 from toksel.report.render_check import BROWSERS
@@ -14,14 +14,17 @@ from toksel.report.render_check import BROWSERS
 pytestmark = pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS), reason="no Chromium")
 
 
-def test_the_ui_opens_on_the_runs_table_and_the_plain_experiment_page_does_not(project, monkeypatch, tmp_path):
-    assert prepare.main(TINY) == 0
-    published_runs(project)  # a pipeline run and its stage's run in the store
+def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(prepared, monkeypatch, tmp_path):
+    assert gradient_flow.main(TINY) == 0
+    published_runs(prepared)  # a pipeline run, its stages' runs, the flow's per-step curves
     screenshot = tmp_path / "ui.png"
     assert ui.main(["--check", "--screenshot", str(screenshot)]) == 0
-    assert screenshot.stat().st_size > 10_000
-    monkeypatch.setattr(ui, "RUNS_VIEW", "#/experiments/{experiment}")  # without the model-training view
-    assert ui.main(["--check"]) == 1
+    assert screenshot.stat().st_size > 10_000 and (tmp_path / "ui-chart.png").stat().st_size > 10_000
+    with monkeypatch.context() as patch:
+        patch.setattr(ui, "RUNS_VIEW", "#/experiments/{experiment}")  # without the model-training view
+        assert ui.main(["--check"]) == 1
+    monkeypatch.setattr(ui, "CHART_VIEW", ui.CHART_VIEW.replace('runs=["{run}"]', 'runs=["no-such-run"]'))
+    assert ui.main(["--check"]) == 1  # no curve drawn
 
 
 def test_the_ui_says_when_there_is_nothing_to_show_and_creates_no_store(project, capsys):

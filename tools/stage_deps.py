@@ -1,8 +1,8 @@
 """Each stage's source deps in dvc.yaml, computed: the files of the project modules its entry module imports
 (at module level or inside a function, directly or not; grimp's graph, the one import-linter checks the layers
-on), with their packages' __init__.py, but the modules that cannot change a result (RESULT_NEUTRAL). A compute
-stage (COMPUTE_STAGES) must import no MLflow view and no report rendering (FOR_VIEWS_ONLY): editing those reruns
-only the stages that render or publish (docs/design.md).
+on), with their packages' __init__.py and a module's template (its name with .jinja), but the modules that
+cannot change a result (RESULT_NEUTRAL). A compute stage (COMPUTE_STAGES) must import no MLflow view and no report
+rendering (FOR_VIEWS_ONLY): editing those reruns only the stages that render or publish (docs/design.md).
 
 `python -m tools.stage_deps` rewrites the source part of every stage's deps (the files under pipelines/ and
 src/) and keeps the rest (data, results) and the comments; `--check` only says which stage would change, exit 1.
@@ -21,10 +21,12 @@ from ruamel.yaml import YAML
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_MODULE = re.compile(r"python -m ((?:pipelines|toksel)\.\w+)")
 SOURCE = ("pipelines/", "src/")
-# Whether progress bars are drawn, which known warnings are silenced: no result depends on them.
-RESULT_NEUTRAL = {"toksel.runtime.progress", "toksel.runtime.known_warnings"}
+# Whether progress bars are drawn, which known warnings are silenced, whether curves are sent to MLflow live: no
+# result depends on them.
+RESULT_NEUTRAL = {"toksel.runtime.progress", "toksel.runtime.known_warnings", "toksel.runtime.live",
+                  "toksel.runtime.experiment"}
 COMPUTE_STAGES = ("prepare", "one_step", "gradient_flow", "train", "ablation", "phase", "d_sweep", "calibrate")
-FOR_VIEWS_ONLY = ("src/toksel/tracking/", "src/toksel/publish.py", "src/toksel/ui.py", "src/toksel/report/document.py",
+FOR_VIEWS_ONLY = ("src/toksel/tracking/", "src/toksel/publish.py", "src/toksel/ui.py", "src/toksel/report/document.",
                   "src/toksel/report/markdown.py", "src/toksel/report/comparison.py", "src/toksel/report/readings.py",
                   "src/toksel/report/render_check.py")
 
@@ -39,7 +41,11 @@ def imported_files(graph: grimp.ImportGraph, module: str) -> list[str]:
     """The files `module` runs when imported: its own, every project module it imports, their packages."""
     modules = ({module} | graph.find_upstream_modules(module)) - RESULT_NEUTRAL
     packages = {".".join(m.split(".")[:i]) for m in modules for i in range(1, len(m.split(".")))}
-    return sorted(_file(m) for m in modules | packages)
+    files = [_file(m) for m in modules | packages]
+    # A module's template, named after it (report/document.py renders report/document.jinja), is its code too.
+    templates = [str(Path(name).with_suffix(".jinja")) for name in files
+                 if (ROOT / name).with_suffix(".jinja").exists()]
+    return sorted(files + templates)
 
 
 def stage_bodies(dvc: dict) -> dict[str, dict]:

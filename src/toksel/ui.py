@@ -8,8 +8,8 @@ training view: the stages tag the experiment as one of model training (mlflow.ex
 command prints the address of its runs table in that view (`workflowType=machine_learning`). It serves the
 store of $MLFLOW_TRACKING_URI, else the embedded mlflow.db; a tracking server serves its own UI, so for one its
 address is printed and nothing is started. --check starts the server on a free port, opens the address in
-headless Chromium and passes when the runs table shows the experiment's runs (exit 0; 1 when it does not; 2
-when there is no run to show or no Chromium).
+headless Chromium and passes when the runs table shows the experiment's runs and a gradient-flow run's metric
+chart draws its curve (exit 0; 1 when either does not; 2 when there is no run to show or no Chromium).
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ from pathlib import Path
 
 from toksel.report.render_check import find_chromium, headless
 from toksel.runtime.errors import ToksError
+from toksel.runtime.experiment import experiment_name
 from toksel.runtime.paths import tracking_uri
-from toksel.tracking.view import experiment_name
 
 RUNS_VIEW = "#/experiments/{experiment}?workflowType=machine_learning"
+# MLflow's page of one metric's chart (its route in the UI's code: getMetricPageRoute)
+CHART_VIEW = ('#/metric?runs=["{run}"]&metric="{metric}"&experiments=["{experiment}"]&plot_metric_keys=["{metric}"]'
+              "&plot_layout={{}}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=false")
+CHARTED = ("gradient_flow", "p_norm")  # a stage whose runs have a per-step curve (every dataset), and the curve
 START_SECONDS = 60
 
 
@@ -52,6 +56,17 @@ def experiment_and_run(uri: str) -> tuple[str, str]:
         raise ToksError(f"the store {uri} holds no run of the experiment {experiment_name()!r}: run the pipeline "
                         "first (dvc repro)")
     return experiment.experiment_id, runs[0].info.run_name
+
+
+def charted_run(uri: str, experiment: str) -> str | None:
+    """A run of the CHARTED stage whose curve has more than one step, if the store holds one."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    for run in client.search_runs([experiment], f"tags.stage = '{CHARTED[0]}'", max_results=5):
+        if len(client.get_metric_history(run.info.run_id, CHARTED[1])) > 1:
+            return run.info.run_id
+    return None
 
 
 def require_store(uri: str) -> None:
@@ -93,24 +108,38 @@ def start_server(uri: str, port: int) -> subprocess.Popen:
     raise ToksError(f"the MLflow server did not answer within {START_SECONDS} s")
 
 
+def _look(browser: str, address: str, screenshot: Path | None) -> str:
+    """The page's DOM once loaded, and its screenshot if asked."""
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        headless(browser, f"--screenshot={screenshot.resolve()}", "--window-size=1400,900", address)
+    return headless(browser, "--dump-dom", address).stdout
+
+
 def check(uri: str, screenshot: Path | None) -> bool:
-    """Whether the runs view of the toksel experiment, in headless Chromium, shows the runs table and a run."""
+    """Whether, in headless Chromium, the runs view of the toksel experiment shows the runs table with a run, and
+    the metric page of a gradient-flow run draws its curve (plotly's line in the chart's SVG)."""
     experiment, run_name = experiment_and_run(uri)
+    charted = charted_run(uri, experiment)
     browser = find_chromium()
     port = free_port()
     server = start_server(uri, port)
+    base = f"http://127.0.0.1:{port}/"
     try:
-        address = f"http://127.0.0.1:{port}/" + RUNS_VIEW.format(experiment=experiment)
-        page = headless(browser, "--dump-dom", address).stdout
-        if screenshot is not None:
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            headless(browser, f"--screenshot={screenshot.resolve()}", "--window-size=1400,900", address)
+        page = _look(browser, base + RUNS_VIEW.format(experiment=experiment), screenshot)
+        chart = "" if charted is None else _look(
+            browser, base + CHART_VIEW.format(run=charted, metric=CHARTED[1], experiment=experiment),
+            None if screenshot is None else screenshot.with_name(f"{screenshot.stem}-chart{screenshot.suffix}"))
     finally:
         server.terminate()
         server.wait(timeout=30)
     shown = "Run Name" in page and run_name in page and "Detect Issues" not in page
-    print(f"ui: {address}: {'the runs table, with' if shown else 'no runs table, or without'} the run {run_name!r}")
-    return shown
+    drawn = "js-line" in chart and CHARTED[1] in chart
+    print(f"ui: {base}{RUNS_VIEW.format(experiment=experiment)}: "
+          f"{'the runs table, with' if shown else 'no runs table, or without'} the run {run_name!r}; "
+          + (f"{CHARTED[1]} of a {CHARTED[0]} run: {'drawn' if drawn else 'not drawn'}" if charted else
+             f"no {CHARTED[0]} run with a curve to chart"))
+    return shown and (drawn or charted is None)
 
 
 def main(argv: list[str] | None = None) -> int:

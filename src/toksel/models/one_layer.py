@@ -20,7 +20,6 @@ import torch
 
 from toksel.data.corpus import PackedSplit
 from toksel.models import products
-from toksel.runtime.memory import require_memory
 
 
 @dataclass(frozen=True)
@@ -160,29 +159,3 @@ def dense_forward(E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, X: torch.Te
     E_X = E[X]
     attention = torch.softmax(E_X @ p, dim=1)
     return torch.einsum("nt,nt...->n...", attention, E_X @ v)
-
-
-@dataclass(frozen=True)
-class Initialisation:
-    E: torch.Tensor  # (|S|, d), rows ~ N(0, I/d)
-    p: torch.Tensor  # (d,) ~ N(0, I/d)
-    v: torch.Tensor  # (d,) a fixed unit vector, a Gaussian draw normalised; (d, K) orthonormal columns for K > 2
-
-
-def initialise(vocab_size: int, d: int, seed: int, dtype: torch.dtype = torch.float64,
-               num_classes: int = 2) -> Initialisation:
-    """E and p ~ N(0, I/d); v a random unit vector, or for K > 2 classes K random orthonormal vectors (the
-    rebuttal's one-step formula holds for (nearly) orthonormal v_k)."""
-    if num_classes > 2 and num_classes > d:
-        raise ValueError(f"{num_classes} orthonormal output vectors need d >= {num_classes}, got d = {d}")
-    # A stage keeps E0, E1 and a gradient of E at once, at least: three arrays of |S| x d.
-    require_memory(3 * vocab_size * d * torch.finfo(dtype).bits // 8, f"model.d = {d} with {vocab_size:,} tokens",
-                   "lower model.d")
-    generator = torch.Generator().manual_seed(seed)
-    E = torch.randn(vocab_size, d, generator=generator, dtype=dtype) / d**0.5
-    p = torch.randn(d, generator=generator, dtype=dtype) / d**0.5
-    if num_classes == 2:
-        v = torch.randn(d, generator=generator, dtype=dtype)
-        return Initialisation(E=E, p=p, v=v / v.norm())
-    V, _ = torch.linalg.qr(torch.randn(d, num_classes, generator=generator, dtype=dtype))
-    return Initialisation(E=E, p=p, v=V)

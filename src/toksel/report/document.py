@@ -190,14 +190,6 @@ def markdown_table(table_rows: Iterable[Row], calibration: Calibration = ()) -> 
     return table(HEADER, (marked(cells(row, calibration)) for row in table_rows))
 
 
-def sensitivity_lines(found: list[tuple[Claim, str, str, Assessment]]) -> list[str]:
-    if not found:
-        return []
-    return table(["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict", "detail"],
-                 [[claim.statement, data, protocol, interval_text(item.interval), item.threshold_text, item.verdict,
-                   item.measurement.detail] for claim, data, protocol, item in found])
-
-
 def rate_text(rate: Mapping[str, Any] | None) -> str:
     """A rate with its 95 % interval: 0.95 [0.86, 0.99]; '-' where the family has no such condition."""
     if not rate:
@@ -225,15 +217,6 @@ def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[st
                       rate_text(row.get("half")), rate_text(row.get("null")),
                       "calibrated" if row["calibrated"] else f"uncalibrated: {row['reason']}"])
     return lines
-
-
-def calibration_lines(calibration: Calibration) -> list[str]:
-    """The calibration table, each family's first row with an anchor the claims link to."""
-    if not calibration:
-        return ["## How each verdict rule is calibrated", "",
-                "The calibration stage has not run (dvc repro calibrate).", ""]
-    return ["## How each verdict rule is calibrated", "", CALIBRATION_NOTE, "",
-            *table(CALIBRATION_HEADER, calibration_rows(calibration, anchor="md")), ""]
 
 
 PROTOCOL_NOTE = ("`matched lr` (the claims' protocol, as the paper ran them): every embedding arm at train.lr, "
@@ -330,28 +313,6 @@ def measures_rows() -> list[list[str]]:
              claim.bug] for claim in CLAIMS]
 
 
-def markdown(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-             out: Path, readings: list[str] = (), calibration: Calibration = (),
-             notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
-    """The report as Markdown; figures linked relative to `out` (the report's folder)."""
-    lines = [f"# {title}", "", headline(tally(sections)), "", METHOD_NOTE, ""]
-    lines += [line for note in notes if note for line in (note, "")]
-    for heading, section in sections.items():
-        lines += [f"## {heading}", "", *markdown_table(section, calibration), ""]
-    lines += calibration_lines(calibration)
-    if sweep:
-        lines += ["## Beyond the paper: trained against random frozen embeddings as d grows", "", D_SWEEP_NOTE, "",
-                  *table(D_SWEEP_HEADER, sweep), ""]
-    if found:
-        lines += ["## How the protocol moves the verdicts", "", PROTOCOL_NOTE, "", *sensitivity_lines(found), ""]
-    lines += [*readings]
-    lines += ["## What each claim measures", "", *table(MEASURES_HEADER, measures_rows())]
-    lines += ["", "## Figures", ""]
-    for caption, path in figures:
-        lines += [f"### {caption}", "", f"![{caption}]({_relative(path, out)})", ""]
-    return "\n".join(lines)
-
-
 def _relative(path: Path, start: Path) -> str:
     return Path(*[".."] * len(start.parts), path).as_posix()
 
@@ -393,47 +354,87 @@ def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[l
     return "<table><tr>" + "".join(f"<th>{escape(name)}</th>" for name in header) + "</tr>" + body + "</table>"
 
 
-def html_page(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]],
-              readings: str = "", calibration: Calibration = (),
-              notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
-    """The report as one HTML file with every figure embedded (data: URIs), readable offline."""
-    escape = html.escape
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
-             f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>",
-             f"<p>{escape(headline(tally(sections)))}</p><p>{escape(METHOD_NOTE)}</p>"]
-    parts += [f"<p>{escape(note)}</p>" for note in notes if note]
-    calibration_column = HEADER.index("calibration")
-    for heading, section in sections.items():
-        values = [cells(row, calibration, markup="html") for row in section]
-        kinds = [[_verdict_class(value) if i == VERDICT_COLUMN else _control_class(value) if i == CONTROL_COLUMN
-                  else "" for i, value in enumerate(row)] for row in values]
-        parts.append(f"<h2>{escape(heading)}</h2>" + html_table(HEADER, values, kinds, raw=(calibration_column,)))
-    parts.append("<h2>How each verdict rule is calibrated</h2>")
+SENSITIVITY_HEADER = ["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict", "detail"]
+TEMPLATE = Path(__file__).with_suffix(".jinja")  # the report once, in either markup
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    kinds: list[list[str]] | None = None  # each cell's class in HTML ("": none): a verdict's colour
+    raw: tuple[int, ...] = ()  # the columns already in the page's markup (links, anchors)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A section of the report: its heading, its paragraphs, its table."""
+
+    heading: str
+    paragraphs: list[str]
+    table: Table | None = None
+
+
+@dataclass(frozen=True)
+class Shown:
+    caption: str
+    source: str  # the figure's path relative to the report (Markdown), or its bytes as a data: URI (HTML)
+
+
+def _claims_table(section: list[Row], calibration: Calibration, markup: str) -> Table:
+    values = [cells(row, calibration, markup) for row in section]
+    if markup == "md":  # a failing verdict in bold; HTML colours it instead
+        values = [[f"**{value}**" if i == VERDICT_COLUMN and value == "fails" else value
+                   for i, value in enumerate(row)] for row in values]
+    kinds = [[_verdict_class(value) if i == VERDICT_COLUMN else _control_class(value) if i == CONTROL_COLUMN
+              else "" for i, value in enumerate(row)] for row in values]
+    return Table(HEADER, values, kinds, raw=(HEADER.index("calibration"),))
+
+
+def blocks(sections: dict[str, list[Row]], found: list, calibration: Calibration, sweep: list[list[str]],
+           markup: str) -> list[Block]:
+    """The report's sections in `markup` ("md" or "html"): the claims', the calibration, the d sweep, the
+    protocols."""
+    shown = [Block(heading, [], _claims_table(section, calibration, markup)) for heading, section in sections.items()]
+    heading = "How each verdict rule is calibrated"
     if calibration:
-        table_rows = calibration_rows(calibration, anchor="html")
-        kinds = [[""] * (len(row) - 1) + ["good" if row[-1] == "calibrated" else "bad"] for row in table_rows]
-        parts.append(f"<p>{escape(CALIBRATION_NOTE)}</p>" + html_table(CALIBRATION_HEADER, table_rows, kinds, raw=(0,)))
+        rows = calibration_rows(calibration, anchor=markup)
+        kinds = [[""] * (len(row) - 1) + ["good" if row[-1] == "calibrated" else "bad"] for row in rows]
+        shown.append(Block(heading, [CALIBRATION_NOTE], Table(CALIBRATION_HEADER, rows, kinds, raw=(0,))))
     else:
-        parts.append("<p>The calibration stage has not run (dvc repro calibrate).</p>")
+        shown.append(Block(heading, ["The calibration stage has not run (dvc repro calibrate)."]))
     if sweep:
-        parts.append("<h2>Beyond the paper: trained against random frozen embeddings as d grows</h2>"
-                     f"<p>{escape(D_SWEEP_NOTE)}</p>" + html_table(D_SWEEP_HEADER, sweep))
+        shown.append(Block("Beyond the paper: trained against random frozen embeddings as d grows", [D_SWEEP_NOTE],
+                           Table(D_SWEEP_HEADER, sweep)))
     if found:
         values = [[claim.statement, data, protocol, interval_text(item.interval), item.threshold_text, item.verdict,
                    item.measurement.detail] for claim, data, protocol, item in found]
         kinds = [["", "", "", "", "", _verdict_class(row[5]), ""] for row in values]
-        parts.append(f"<h2>How the protocol moves the verdicts</h2><p>{escape(PROTOCOL_NOTE)}</p>"
-                     + html_table(["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict",
-                                   "detail"], values, kinds))
-    parts.append(readings)
-    parts.append("<h2>What each claim measures</h2>" + html_table(MEASURES_HEADER, measures_rows()))
-    parts.append("<h2>Figures</h2>")
-    for caption, path in figures:
-        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
-        parts.append(f"<figure><figcaption>{escape(caption)}</figcaption>"
-                     f"<img alt='{escape(caption)}' src='data:image/png;base64,{encoded}'></figure>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+        shown.append(Block("How the protocol moves the verdicts", [PROTOCOL_NOTE],
+                           Table(SENSITIVITY_HEADER, values, kinds)))
+    return shown
+
+
+def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
+           figures: Iterable[tuple[str, Path]], out: Path, readings: str = "", calibration: Calibration = (),
+           notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
+    """The report in `markup`: "md" (figures linked relative to `out`, the report's folder) or "html" (one file,
+    every figure embedded, readable offline), from the one template (document.jinja)."""
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=False,
+                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.globals |= {
+        "html_table": lambda content: html_table(content.header, content.rows, content.kinds, content.raw),
+        "markdown_table": lambda content: "\n".join(table(content.header, content.rows))}
+    shown = [Shown(caption, _relative(path, out) if markup == "md" else
+                   "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii"))
+             for caption, path in figures]
+    page = environment.get_template(TEMPLATE.name).render(
+        html=markup == "html", title=title, style=STYLE, headline=headline(tally(sections)), method=METHOD_NOTE,
+        notes=[note for note in notes if note], blocks=blocks(sections, found, calibration, sweep, markup),
+        readings=readings, measures=Table(MEASURES_HEADER, measures_rows()), figures=shown)
+    return page.rstrip("\n") + "\n"
 
 
 def figures(config: Config) -> list[tuple[str, Path]]:

@@ -135,6 +135,7 @@ class RunNaming:
                 **({"seed": str(config.seed)} if seeded else {})}
         params = {**flatten(resolved), **({"seed": config.seed} if seeded else {})}
         record = RunRecord(self.name(config, seeded), tags, params, recorded)
+        record.live = config.tracking.live
         if dataset_input:  # the run's dataset, shown as its MLflow input: name, digest of its settings, source
             data = config.data
             source = data.hub_id if data.source == "hub" else f"synthetic ({data.synthetic.mode})"

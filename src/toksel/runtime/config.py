@@ -232,6 +232,13 @@ class DSweepConfig:
 
 
 @dataclass
+class TrackingConfig:
+    live: bool = bounded(help="each fit also sends its curves to MLflow as it trains (Lightning's MLFlowLogger), for "
+                              "long trainings on a GPU; publish completes those runs. It changes no result, so no "
+                              "stage reruns for it")
+
+
+@dataclass
 class CalibrationConfig:
     replicates: int = bounded(ge=2, help="verdicts per known answer: a rate's 95 % interval is then within "
                                              "+-0.15 wherever the rate lies")
@@ -290,6 +297,7 @@ class Config:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     d_sweep: DSweepConfig = field(default_factory=DSweepConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default=MISSING)  # noqa: UP006
 

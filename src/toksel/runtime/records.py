@@ -114,6 +114,7 @@ class RunRecord:
         self.children: list[RunRecord] = []
         self.status, self.started, self.ended = "RUNNING", time.time(), None
         self.recorded = [] if recorded is None else recorded  # shared by the runs of one stage
+        self.live = False  # its fits send their curves to MLflow as they train (tracking.live; runtime/live.py)
 
     def record_metrics(self, path: Path, metrics: Mapping[str, Any], logged: Iterable[str] = ()) -> None:
         """Write `metrics` but the telemetry to `path` (JSON, for DVC and the later stages) and record them all with
@@ -166,9 +167,12 @@ class RunRecord:
             self.ended = time.time()
 
     @contextmanager
-    def child(self, name: str, tags: Mapping[str, str]) -> Iterator[RunRecord]:
-        """A run nested under this one, with this run's tags, `tags` on top and TRIAL_TAG = name."""
-        child = RunRecord(name, {**self.tags, **tags, TRIAL_TAG: name}, recorded=self.recorded)
+    def child(self, name: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None) -> Iterator[RunRecord]:
+        """A run nested under this one, with this run's tags, `tags` on top and TRIAL_TAG = name, and this run's
+        parameters with the values its own work ran with (`params`: a trial's rate, an arm, a cell's d) on top."""
+        child = RunRecord(name, {**self.tags, **tags, TRIAL_TAG: name}, {**self.params, **(params or {})},
+                          recorded=self.recorded)
+        child.live = self.live
         self.children.append(child)
         with child.run():
             yield child

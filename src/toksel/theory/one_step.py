@@ -18,7 +18,7 @@ import numpy as np
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
 from toksel.models.fused import FusedBags, loss_and_token_gradients
-from toksel.models.one_layer import initialise
+from toksel.models.initial import initialise
 from toksel.runtime.errors import ToksError
 
 

@@ -16,37 +16,27 @@ store that fails costs this step alone.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import logging
-import os
 import socket
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toksel.runtime.errors import ToksError
+from toksel.runtime.experiment import LIVE_TAG, open_experiment
 from toksel.runtime.io import file_sha256, read_json
-from toksel.runtime.paths import project_root
 from toksel.runtime.processes import Process
 
-EXPERIMENT = "toksel"
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
 PUBLISHER_TAG = "toksel.publisher"  # "<host> <pid>-<start time>" of the publisher making the run
 PARENT_TAG = "mlflow.parentRunId"
-KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow 3 opens it on its runs, not GenAI
 STALE = 3600.0  # seconds after which a RUNNING run of another host's publisher is taken as abandoned
 RECORDS = Path("runs")
-
-
-def experiment_name() -> str:
-    return os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
 
 
 @dataclass
@@ -110,31 +100,9 @@ class Publisher:
     """Makes the runs of the specs in one MLflow store, as the module says."""
 
     def __init__(self, uri: str) -> None:
-        from mlflow import MlflowClient
-
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
         self.uri, self.me = uri, f"{socket.gethostname()} {Process.current()}"
-        with _opening(uri):
-            self.client = MlflowClient(uri)
-            self.experiment_id = self._experiment()
+        self.client, self.experiment_id = open_experiment(uri)
         self.published = Published()
-
-    def _experiment(self) -> str:
-        from mlflow.exceptions import MlflowException
-
-        name = experiment_name()
-        experiment = self.client.get_experiment_by_name(name)
-        if experiment is None:
-            # With the embedded store, artifacts beside it in the project: a relative default would follow the working
-            # directory. A server chooses its own artifact store.
-            where = (project_root() / "mlartifacts").as_uri() if self.uri.startswith("sqlite:") else None
-            try:
-                return self.client.create_experiment(name, artifact_location=where, tags=dict([KIND]))
-            except MlflowException:  # made meanwhile by another publisher
-                experiment = self.client.get_experiment_by_name(name)
-        if experiment.tags.get(KIND[0]) != KIND[1]:
-            self.client.set_experiment_tag(experiment.experiment_id, *KIND)
-        return experiment.experiment_id
 
     def _runs(self, pipeline_key: str) -> dict[str, list]:
         """The store's runs of one pipeline execution, by record."""
@@ -175,17 +143,30 @@ class Publisher:
             return True
         return False
 
+    def _live_run(self, key: str | None) -> Any:
+        """The run a fit's live logger made (runtime/live.py), if any."""
+        found = [] if key is None else self.client.search_runs(
+            [self.experiment_id], f"tags.`{LIVE_TAG}` = '{key}'", max_results=1)
+        return found[0] if found else None
+
     def _create(self, spec: Spec, parent_id: str | None) -> str:
-        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
+        """The record's run: made, or, where the fit sent its curves live, that run completed (its curves kept)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
         record = spec.record
         tags = {**record["tags"], RECORD_TAG: spec.key, PIPELINE_KEY_TAG: spec.pipeline, PUBLISHER_TAG: self.me,
                 **({PARENT_TAG: parent_id, PARENT_RECORD_TAG: spec.parent_key} if parent_id else {})}
-        run_id = self.client.create_run(self.experiment_id, start_time=int(record["started"] * 1000), tags=tags,
-                                        run_name=record["name"]).info.run_id
-        params = [Param(key, value) for key, value in record["params"].items()]
+        live = self._live_run(record["tags"].get(LIVE_TAG))
+        if live is None:
+            run_id, have = self.client.create_run(self.experiment_id, start_time=int(record["started"] * 1000),
+                                                  tags=tags, run_name=record["name"]).info.run_id, None
+        else:  # unfinished until completed: a kill midway leaves it to the next publisher, as a made run
+            run_id, have = live.info.run_id, live.data
+            self.client.update_run(run_id, status="RUNNING", name=record["name"])
+            self.client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
+        params = [Param(key, value) for key, value in record["params"].items() if not have or key not in have.params]
         metrics = [Metric(name, value, stamp, step) for name, points in record["metrics"].items()
-                   for step, value, stamp in points]
+                   if not have or name not in have.metrics for step, value, stamp in points]
         for start in range(0, len(params), 100):  # MLflow takes 100 params, 1000 metrics a call
             self.client.log_batch(run_id, params=params[start : start + 100])
         for start in range(0, len(metrics), 1000):
@@ -236,25 +217,6 @@ class Publisher:
             if parent is not None and run.data.tags.get(PARENT_TAG) != parent.info.run_id:
                 self._unless_gone(self.client.set_tag, run.info.run_id, PARENT_TAG, parent.info.run_id)
         self.published.runs += sum(spec.key in kept for spec in specs)
-
-
-@contextmanager
-def _opening(uri: str) -> Iterator[None]:
-    """An embedded store is made (its schema migrated) by its first client: one publisher at a time, the others
-    wait. The lock lies beside the store, in the project; a link there is refused, never followed."""
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    lock = Path(uri.removeprefix("sqlite:///")).with_suffix(".opening")
-    try:
-        handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as error:
-        raise ToksError(f"cannot open {lock} ({os.strerror(error.errno)}): remove it if it is a link") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(handle)
 
 
 def _first(run: Any) -> tuple[int, str]:

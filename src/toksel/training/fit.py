@@ -34,6 +34,7 @@ from toksel.runtime.config import TrainConfig
 from toksel.runtime.distributed import is_worker
 from toksel.runtime.errors import ToksError
 from toksel.runtime.known_warnings import silence_known_warnings
+from toksel.runtime.live import live_logger
 from toksel.runtime.memory import keep_freed_memory
 from toksel.runtime.records import RunRecord
 from toksel.training.classifier import ClassifierModule
@@ -176,7 +177,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         max_epochs=max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
-        logger=StageLogger(run),
+        logger=[StageLogger(run), *([live_logger(run)] if run.live else [])],
         callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
                    LogNorms(), RecordFit(fingerprint), *callbacks],
         enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,

@@ -89,7 +89,8 @@ class Protocol:
         name = "control: shuffled labels" if shuffled else f"lr {lr:g} ({phase})"
         # A folder per fit: a screen, a full fit at a rate, or the control.
         folder = self.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}-{phase}")
-        with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}) as trial:
+        ran_with = {"train.lr": lr, "train.max_epochs": settings.max_epochs, "labels": labels}
+        with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}, ran_with) as trial:
             module = self.model(lr, shuffled)
             result = fit(module, self.data(shuffled), settings, folder, self.fingerprint, trial, self.seed,
                          self.progress)
