@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = {
     "prepare": ["dataset=synthetic"], "one_step": ["dataset=synthetic"], "gradient_flow": ["dataset=synthetic"],
     "phase": ["dataset=synthetic"], "evaluate": ["dataset=synthetic"], "compare": ["dataset=synthetic"],
-    "phase_diagram": [], "ablation_report": [], "report": [], "train": ["dataset=synthetic"],
-    "ablation": ["dataset=synthetic"],
+    "phase_diagram": [], "ablation_report": [], "calibrate": [], "report": [], "train": ["dataset=synthetic"],
+    "ablation": ["dataset=synthetic"], "d_sweep": ["dataset=synthetic"],
 }
 NOTHING = """
 import sys
