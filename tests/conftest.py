@@ -21,9 +21,6 @@ from tests.helpers import ROOT, TINY  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ["TOKSEL_PROGRESS"] = "0"
-# Stages open the MLflow store in their own process here (tests/test_tracker.py runs the companion itself): a
-# companion per test store would outlive the test.
-os.environ.setdefault("TOKSEL_TRACKER", "0")
 
 
 # The files that take longest, apart from the slow ones (`make test-slow`): handed out first.
@@ -48,7 +45,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("TOKSEL_TRACKER", "0")  # whatever a module-wide fixture set: no companion outlives the test
     return tmp_path
 
 
