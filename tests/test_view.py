@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,21 @@ def test_a_damaged_record_is_one_line_and_exit_2(project, capsys, content, said)
     assert publish.main([]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and said in error[0]
+
+
+def test_a_live_run_whose_stage_died_before_its_record_is_removed(project):
+    """A fit's live run (runtime/live.py) that no record will complete: its process is gone; one whose process
+    still trains is left alone."""
+    from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG
+    from toksel.runtime.processes import Process
+
+    _records(project)
+    publisher = Publisher(f"sqlite:///{project / 'mlflow.db'}")
+    host = socket.gethostname()
+    dead = publisher.client.create_run(publisher.experiment_id, tags={
+        LIVE_TAG: "a", LIVE_PROCESS_TAG: f"{host} {Process(2**22 + 17, 0.0)}"}).info.run_id
+    training = publisher.client.create_run(publisher.experiment_id, tags={
+        LIVE_TAG: "b", LIVE_PROCESS_TAG: f"{host} {Process.current()}"}).info.run_id
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    assert training in {run.info.run_id for run in runs} and dead not in {run.info.run_id for run in runs}

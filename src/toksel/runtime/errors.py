@@ -9,8 +9,8 @@ class ToksError(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM or SIGINT (Ctrl-C) reached a stage (a BaseException, so no `except Exception` swallows it): its runs
-    are marked KILLED, its old outputs kept, and it exits 128 + the signal's number (143, 130)."""
+    """SIGTERM or SIGINT (Ctrl-C) reached a stage (a BaseException, so no `except Exception` swallows it): its old
+    outputs and run records are kept, and it exits 128 + the signal's number (143, 130)."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(signum)

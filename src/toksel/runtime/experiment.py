@@ -18,6 +18,7 @@ from toksel.runtime.paths import project_root
 
 EXPERIMENT = "toksel"
 LIVE_TAG = "toksel.live"  # on a fit's live run and on its record: publish completes that run (runtime/live.py)
+LIVE_PROCESS_TAG = "toksel.live_process"  # "<host> <pid>-<start time>" of the process that trains it
 KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow 3 opens it on its runs, not GenAI
 
 

@@ -1,17 +1,21 @@
 """Live curves: a fit's metrics sent to MLflow as it trains (`tracking.live`), through Lightning's own MLFlowLogger.
 
 The run the logger makes carries LIVE_TAG, and so does the fit's record: `publish` completes that run with the
-record (its parameters, tags, artifacts, its place under the stage's run) instead of making a second. Sending the
+record (its parameters, tags, artifacts, its place under the stage's run) instead of making a second. A live run
+whose stage died before writing its record is left behind at the top level: `publish` deletes it once the
+process that trained (LIVE_PROCESS_TAG) is gone, as its stage's rerun makes its own. Sending the
 curves changes no result, so no stage depends on this module (tools/stage_deps.py, RESULT_NEUTRAL).
 """
 
 from __future__ import annotations
 
+import socket
 import uuid
 from typing import TYPE_CHECKING
 
-from toksel.runtime.experiment import LIVE_TAG, experiment_name, open_experiment
+from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, experiment_name, open_experiment
 from toksel.runtime.paths import tracking_uri
+from toksel.runtime.processes import Process
 from toksel.runtime.records import RunRecord
 
 if TYPE_CHECKING:
@@ -26,4 +30,5 @@ def live_logger(run: RunRecord) -> Logger:
     open_experiment(uri)  # made as publish makes it (its artifacts' place), before Lightning would
     key = uuid.uuid4().hex
     run.set_tag(LIVE_TAG, key)
-    return MLFlowLogger(experiment_name=experiment_name(), tracking_uri=uri, run_name=run.name, tags={LIVE_TAG: key})
+    return MLFlowLogger(experiment_name=experiment_name(), tracking_uri=uri, run_name=run.name,
+                        tags={LIVE_TAG: key, LIVE_PROCESS_TAG: f"{socket.gethostname()} {Process.current()}"})

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toksel.runtime.errors import ToksError
-from toksel.runtime.experiment import LIVE_TAG, open_experiment
+from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, open_experiment
 from toksel.runtime.io import file_sha256, read_json
 from toksel.runtime.processes import Process
 
@@ -134,7 +134,18 @@ class Publisher:
                 ended = sorted((run for run in runs if run.info.status != "RUNNING"), key=_first)
                 made[spec.key] = ended[0].info.run_id if ended else self._create(spec, made.get(spec.parent_key))
             self._reconcile(pipeline_key, mine)
+        self._remove_dead_live_runs()
         return self.published
+
+    def _remove_dead_live_runs(self) -> None:
+        """Live runs no record will complete: their fit's process, on this host, is gone and they were never
+        completed (their stage died first; its rerun makes its own)."""
+        for run in self.client.search_runs([self.experiment_id], f"tags.`{LIVE_TAG}` != ''", max_results=1000):
+            host, _, process = run.data.tags.get(LIVE_PROCESS_TAG, "").partition(" ")
+            if (RECORD_TAG not in run.data.tags and host == socket.gethostname() and process
+                    and not Process.parse(process).running()):
+                self._unless_gone(self.client.delete_run, run.info.run_id)
+                self.published.removed += 1
 
     def _remove_if_abandoned(self, run: Any) -> bool:
         if self._abandoned(run):
