@@ -147,13 +147,20 @@ def gradient_flow_stage(repeats: int) -> list[str]:
                       repeats)
         written = seed_dir(project / "results" / "gradient_flow" / DATASET, 0) / "metrics.json"
         metrics = json.loads(written.read_text())
+        record = json.loads((project / "runs" / "gradient_flow" / f"{DATASET}.json").read_text())["runs"][0]
     settings = load_config([f"dataset={DATASET}"]).gradient_flow
     return [f"`python -m pipelines.gradient_flow dataset={DATASET}` (flow time {settings.horizon:g}, "
             f"{metrics['steps']:,.0f} steps of the first seed and as many again halved, its control, "
             f"{len(first_seeds(load_config().base.seeds, settings.seeds))} seeds, MLflow and outputs included, "
             "a fresh process each time): median "
             f"**{stage.median:.1f} s** of {repeats} runs ({', '.join(f'{s:.1f}' for s in stage.seconds)}); peak memory "
-            f"{metrics['peak_memory_mb']:,.0f} MiB."]
+            f"{_peak(record):,.0f} MiB."]
+
+
+def _peak(record: dict) -> float:
+    """The peak memory a run record or the runs nested in it recorded (runtime/records.py), the largest; 0 if none."""
+    own = record["metrics"].get("peak_memory_mb", [[0, 0.0, 0]])[-1][1]
+    return max([own, *(_peak(child) for child in record["children"])])
 
 
 def prepare_throughput(repeats: int) -> list[str]:
@@ -246,19 +253,19 @@ def _dense_batch_gib(dataset: str) -> float:
 
 
 def peak_memory() -> list[str]:
-    """Each stage's recorded peak memory against the n x T x d array the dense model would hold."""
-    lines = ["| stage output | peak memory | n x T_max x d in float32 (a dense full batch of its data) |",
+    """Each stage's recorded peak memory (its run records, the largest of its seeds) against the n x T x d array
+    the dense model would hold."""
+    lines = ["| stage | peak memory | n x T_max x d in float32 (a dense full batch of its data) |",
              "|---|---|---|"]
-    for path in sorted(Path("results").glob("**/metrics.json")):
-        metrics = json.loads(path.read_text())
-        if "peak_memory_mb" not in metrics:
-            continue
-        dataset = path.parts[2] if len(path.parts) > 3 else ""
+    for path in sorted(Path("runs").glob("**/[!.]*.json")):
+        runs = json.loads(path.read_text())["runs"]
+        peak = max(_peak(run) for run in runs)
+        stage, dataset = path.parts[1], path.parts[2].removesuffix(".json") if len(path.parts) > 2 else ""
         dense = ""
-        if (data_dir(dataset, 0) / "draws.json").exists() and path.parts[1] in ("one_step", "gradient_flow",
-                                                                                  "train", "evaluate"):
+        prepared = dataset and (Path("data") / "processed" / dataset / "draws.json").exists()
+        if prepared and stage in ("one_step", "gradient_flow", "train", "evaluate"):
             dense = f"{_dense_batch_gib(dataset):,.1f} GiB"
-        lines.append(f"| {path.parent} | {metrics['peak_memory_mb']:,.0f} MiB | {dense} |")
+        lines.append(f"| {path.with_suffix('')} | {peak:,.0f} MiB | {dense} |")
     return lines
 
 
@@ -315,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "Fixed cost of a stage, by kind": lambda: fixed_cost(args.repeats),
         "The full-batch pass in p: numba against torch": lambda: torch_against_numba(args.repeats),
         "`dvc repro -f` from nothing, by stage kind": repro_by_stage_kind,
-        "Peak memory of every stage (its metrics.json, from the last dvc repro)": peak_memory,
+        "Peak memory of every stage (its run records, from the last dvc repro)": peak_memory,
     }
     kept = _sections(args.out.read_text()) if args.only and args.out.exists() else {}
     lines = ["# toksel benchmarks", ""]
