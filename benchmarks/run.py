@@ -282,9 +282,13 @@ def repro_by_stage_kind() -> list[str]:
 
 
 def log_notes(log: Path) -> list[str]:
-    """What a kept log was run on: the lines of its `.md` companion, if any."""
+    """What a kept log was run on: the text lines of its `.md` companion before any table (the table this section
+    draws anyway), if any."""
     note = log.with_suffix(".md")
-    return note.read_text().strip().splitlines() if note.exists() else ["(no note)"]
+    if not note.exists():
+        return ["(no note)"]
+    text = note.read_text().split("\n|", 1)[0]
+    return [line for line in text.strip().splitlines() if line.strip()]
 
 
 def _sections(text: str) -> dict[str, list[str]]:
