@@ -74,7 +74,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 # The MLflow UI on the project's store (one worker keeps it light); it prints the address of the toksel
-# experiment's runs table. check-ui opens that page in headless Chromium (screenshot: mlflow-ui.png).
+# experiment's runs table. check-ui opens that page and a run's metric chart in headless Chromium (screenshots:
+# mlflow-ui.png, mlflow-ui-chart.png).
 ui: $(STAMP)
 	$(BIN)/python -m toksel.ui --port $(UI_PORT)
 
