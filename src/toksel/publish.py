@@ -19,7 +19,9 @@ from toksel.runtime.io import write_json
 from toksel.runtime.paths import tracking_uri
 from toksel.tracking.view import Publisher, read_specs
 
-SUMMARY = Path("results/publish.json")  # the stage's output: what the store holds of the records
+# The stage's output: how many of the records the store shows (the stages' and their nested runs, a number that
+# depends on the records alone), and the artifacts it could not show.
+SUMMARY = Path("results/publish.json")
 
 
 def _without_password(uri: str) -> str:
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in published.skipped_artifacts:
         print(f"publish: {path} has changed since its stage wrote it: not shown", file=sys.stderr)
     if not argv:
-        write_json(SUMMARY, {"runs": published.runs, "artifacts_not_shown": len(published.skipped_artifacts)})
+        write_json(SUMMARY, {"records": published.records,
+                             "artifacts_not_shown": len(published.skipped_artifacts)})
     print(f"publish: {published.runs} runs in {_without_password(uri)} ({published.created} made now, "
           f"{published.removed} unfinished or duplicate removed)")
     return 0

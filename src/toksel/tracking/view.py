@@ -53,6 +53,7 @@ class Spec:
 @dataclass
 class Published:
     runs: int = 0  # in the store, one per record
+    records: int = 0  # of those, the stages' (not the parents': how many executions made the records varies)
     created: int = 0
     removed: int = 0  # unfinished or duplicate runs deleted
     skipped_artifacts: list[str] = field(default_factory=list)
@@ -228,6 +229,7 @@ class Publisher:
             if parent is not None and run.data.tags.get(PARENT_TAG) != parent.info.run_id:
                 self._unless_gone(self.client.set_tag, run.info.run_id, PARENT_TAG, parent.info.run_id)
         self.published.runs += sum(spec.key in kept for spec in specs)
+        self.published.records += sum(spec.key in kept for spec in specs if spec.parent_key is not None)
 
 
 def _first(run: Any) -> tuple[int, str]:
