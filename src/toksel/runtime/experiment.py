@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,11 +16,25 @@ from typing import Any
 
 from toksel.runtime.errors import ToksError
 from toksel.runtime.paths import project_root
+from toksel.runtime.processes import Process
 
 EXPERIMENT = "toksel"
 LIVE_TAG = "toksel.live"  # on a fit's live run and on its record: publish completes that run (runtime/live.py)
 LIVE_PROCESS_TAG = "toksel.live_process"  # "<host> <pid>-<start time>" of the process that trains it
 KIND = ("mlflow.experimentKind", "custom_model_development")  # MLflow 3 opens it on its runs, not GenAI
+
+
+def this_process() -> str:
+    """"<host> <pid>-<start time>": the process a run's maker tags it with, to be told later whether it lives."""
+    return f"{socket.gethostname()} {Process.current()}"
+
+
+def gone_from_this_host(tagged: str) -> bool | None:
+    """Whether the process a this_process() tag names has ended; None when it ran on another host (or none)."""
+    host, _, process = tagged.partition(" ")
+    if host != socket.gethostname() or not process:
+        return None
+    return not Process.parse(process).running()
 
 
 def experiment_name() -> str:

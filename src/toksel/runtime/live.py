@@ -9,13 +9,11 @@ curves changes no result, so no stage depends on this module (tools/stage_deps.p
 
 from __future__ import annotations
 
-import socket
 import uuid
 from typing import TYPE_CHECKING
 
-from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, experiment_name, open_experiment
+from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, experiment_name, open_experiment, this_process
 from toksel.runtime.paths import tracking_uri
-from toksel.runtime.processes import Process
 from toksel.runtime.records import RunRecord
 
 if TYPE_CHECKING:
@@ -31,4 +29,4 @@ def live_logger(run: RunRecord) -> Logger:
     key = uuid.uuid4().hex
     run.set_tag(LIVE_TAG, key)
     return MLFlowLogger(experiment_name=experiment_name(), tracking_uri=uri, run_name=run.name,
-                        tags={LIVE_TAG: key, LIVE_PROCESS_TAG: f"{socket.gethostname()} {Process.current()}"})
+                        tags={LIVE_TAG: key, LIVE_PROCESS_TAG: this_process()})

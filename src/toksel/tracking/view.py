@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toksel.runtime.errors import ToksError
-from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, open_experiment
+from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, gone_from_this_host, open_experiment, this_process
 from toksel.runtime.io import file_sha256, read_json
-from toksel.runtime.processes import Process
 
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
@@ -101,7 +99,7 @@ class Publisher:
     """Makes the runs of the specs in one MLflow store, as the module says."""
 
     def __init__(self, uri: str) -> None:
-        self.uri, self.me = uri, f"{socket.gethostname()} {Process.current()}"
+        self.uri, self.me = uri, this_process()
         self.client, self.experiment_id = open_experiment(uri)
         self.published = Published()
 
@@ -120,10 +118,8 @@ class Publisher:
     def _abandoned(self, run: Any) -> bool:
         if run.info.status != "RUNNING":
             return False
-        host, _, process = run.data.tags.get(PUBLISHER_TAG, "").partition(" ")
-        if host == socket.gethostname() and process:
-            return not Process.parse(process).running()
-        return time.time() - run.info.start_time / 1000 > STALE
+        gone = gone_from_this_host(run.data.tags.get(PUBLISHER_TAG, ""))
+        return time.time() - run.info.start_time / 1000 > STALE if gone is None else gone
 
     def publish(self, specs: list[Spec]) -> Published:
         for pipeline_key in dict.fromkeys(spec.pipeline for spec in specs):
@@ -131,8 +127,7 @@ class Publisher:
             existing = self._runs(pipeline_key)
             made: dict[str, str] = {}
             for spec in mine:
-                runs = [run for run in existing.get(spec.key, []) if not self._remove_if_abandoned(run)]
-                ended = sorted((run for run in runs if run.info.status != "RUNNING"), key=_first)
+                ended = _ended(run for run in existing.get(spec.key, []) if not self._remove_if_abandoned(run))
                 made[spec.key] = ended[0].info.run_id if ended else self._create(spec, made.get(spec.parent_key))
             self._reconcile(pipeline_key, mine)
         self._remove_dead_live_runs()
@@ -142,9 +137,7 @@ class Publisher:
         """Live runs no record will complete: their fit's process, on this host, is gone and they were never
         completed (their stage died first; its rerun makes its own)."""
         for run in self.client.search_runs([self.experiment_id], f"tags.`{LIVE_TAG}` != ''", max_results=1000):
-            host, _, process = run.data.tags.get(LIVE_PROCESS_TAG, "").partition(" ")
-            if (RECORD_TAG not in run.data.tags and host == socket.gethostname() and process
-                    and not Process.parse(process).running()):
+            if RECORD_TAG not in run.data.tags and gone_from_this_host(run.data.tags.get(LIVE_PROCESS_TAG, "")):
                 self._unless_gone(self.client.delete_run, run.info.run_id)
                 self.published.removed += 1
 
@@ -218,7 +211,7 @@ class Publisher:
         existing = self._runs(pipeline_key)
         kept = {}
         for key, runs in existing.items():
-            ended = sorted((run for run in runs if run.info.status != "RUNNING"), key=_first)
+            ended = _ended(runs)
             if ended and key is not None:
                 kept[key] = ended[0]
                 for duplicate in ended[1:]:
@@ -232,5 +225,7 @@ class Publisher:
         self.published.records += sum(spec.key in kept for spec in specs if spec.parent_key is not None)
 
 
-def _first(run: Any) -> tuple[int, str]:
-    return run.info.start_time, run.info.run_id
+def _ended(runs: Iterable[Any]) -> list[Any]:
+    """The runs no publisher is still making, the one that started first (then the smaller id) first: the one kept."""
+    return sorted((run for run in runs if run.info.status != "RUNNING"),
+                  key=lambda run: (run.info.start_time, run.info.run_id))
