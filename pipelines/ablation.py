@@ -22,12 +22,11 @@ from toksel.data.token_table import read_token_table
 from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config, params_hash
-from toksel.runtime.io import file_digest
+from toksel.runtime.config import Config
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
-from toksel.training.fit import checkpoint_dir, parameter_dtype
+from toksel.training.fit import checkpoint_dir, fit_key, parameter_dtype
 from toksel.training.protocol import train_with_control
 from toksel.training.record import record_fit
 from toksel.training.sequence_classifier import SequenceModule
@@ -57,7 +56,7 @@ def ablation(config: Config, run: RunRecord) -> None:
                                   label_seed=(config.base.data_seed, seed) if shuffled else None)
 
     rows = data(False)
-    fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")
+    fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed}, folder / "train.npz")
     curves = curve_settings(config.train)
     trained = train_with_control(model, data, [training.lr], training, checkpoint_dir("ablation", variant)
                                  / f"seed{seed}", fingerprint, run, seed, show_progress(), tokens, curves,

@@ -20,13 +20,13 @@ from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
 from toksel.report.plots import d_sweep_figure, save_figure
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config, params_hash
-from toksel.runtime.io import file_digest, read_json, write_csv
+from toksel.runtime.config import Config
+from toksel.runtime.io import read_json, write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
-from toksel.training.fit import checkpoint_dir
+from toksel.training.fit import checkpoint_dir, fit_key
 from toksel.training.protocol import train_with_control
 
 SECTIONS = STAGE_SECTIONS["d_sweep"]
@@ -55,8 +55,7 @@ def d_sweep(config: Config, run: RunRecord) -> None:
         for d in config.d_sweep.d:
             arms = Arms(config, folder, seed, d)
             vocabulary[seed] = int(arms.tokens.occurring().sum())
-            fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed, "d": d}) + file_digest(
-                folder / "train.npz")
+            fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed, "d": d}, folder / "train.npz")
             for arm in SWEPT:
                 with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)},
                                {"arm": arm, "model.d": d}) as child:

@@ -17,13 +17,13 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config, params_hash
-from toksel.runtime.io import file_digest, write_csv
+from toksel.runtime.config import Config
+from toksel.runtime.io import write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
-from toksel.training.fit import checkpoint_dir
+from toksel.training.fit import checkpoint_dir, fit_key
 from toksel.training.protocol import train_with_control
 from toksel.training.record import record_fit
 
@@ -36,7 +36,7 @@ def train(config: Config, run: RunRecord) -> None:
     arms = Arms(config, folder, seed, config.model.d)
     tokens = arms.tokens
     # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.
-    fingerprint = params_hash({**config.sections(SECTIONS), "seed": seed}) + file_digest(folder / "train.npz")
+    fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed}, folder / "train.npz")
     curves = curve_settings(config.train)
     for arm in settings.arms:
         with run.child(f"{arm} seed {seed}", {"embeddings": arm}, {"arm": arm}) as arm_run:

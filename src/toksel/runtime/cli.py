@@ -113,17 +113,18 @@ class RunNaming:
     per_dataset: bool
     variant: Variant | None
 
-    def name(self, config: Config, seeded: bool) -> str:
-        """What a run is, in words: `gradient_flow imdb seed 1`, `ablation yelp_polarity two_layer_kq seed 0`."""
+    def _parts(self, config: Config, seeded: bool = False) -> list[str]:
         parts = [self.stage, config.dataset if self.per_dataset else None,
                  self.variant(config) if self.variant else None, f"seed {config.seed}" if seeded else None]
-        return " ".join(part for part in parts if part)
+        return [part for part in parts if part]
+
+    def name(self, config: Config, seeded: bool) -> str:
+        """What a run is, in words: `gradient_flow imdb seed 1`, `ablation yelp_polarity two_layer_kq seed 0`."""
+        return " ".join(self._parts(config, seeded))
 
     def records_path(self, config: Config) -> Path:
         """runs/<stage>[/<dataset>][/<variant>].json: the stage's run records, a DVC output of their own."""
-        parts = [self.stage, config.dataset if self.per_dataset else None,
-                 self.variant(config).replace(" ", "") if self.variant else None]
-        return Path("runs", *[part for part in parts if part]).with_suffix(".json")
+        return Path("runs", *[part.replace(" ", "") for part in self._parts(config)]).with_suffix(".json")
 
     def record(self, config: Config, sections: tuple[str, ...], seeded: bool, dataset_input: bool,
                recorded: Recorded) -> RunRecord:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from toksel.runtime.errors import ToksError
 from toksel.runtime.paths import project_root
@@ -88,9 +89,17 @@ def outputs_together() -> Iterator[None]:
     _commit(transaction.renames)
 
 
+_digests: dict[tuple, list] = {}  # (path, its stat) -> [size, sha256]: a file is hashed once for its run record
+# and once for its folder's record
+
+
 def _digest(path: Path) -> list:
-    with open(path, "rb") as handle:
-        return [path.stat().st_size, hashlib.file_digest(handle, "sha256").hexdigest()]
+    stat = path.stat()
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _digests:
+        with open(path, "rb") as handle:
+            _digests[key] = [stat.st_size, hashlib.file_digest(handle, "sha256").hexdigest()]
+    return _digests[key]
 
 
 def _record_digests(renames: dict[Path, Path], now: bool = False) -> dict[Path, Path]:
@@ -123,23 +132,13 @@ def _commit(renames: dict[Path, Path]) -> None:
         os.replace(tmp, path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_leftovers() -> list[str]:
     """Remove the temporary files that processes now gone left in the stages' output folders; a line for each."""
     done = []
     for folder in map(Path, SEARCHED):
         for tmp in folder.rglob(".*.tmp-*") if folder.is_dir() else []:
             match = TEMPORARY.match(tmp.name)
-            if match and tmp.is_file() and not _alive(int(match["pid"])):
+            if match and tmp.is_file() and not psutil.pid_exists(int(match["pid"])):
                 tmp.unlink(missing_ok=True)
                 done.append(f"removed {tmp}, left by process {match['pid']}")
     return done
@@ -261,13 +260,3 @@ def write_csv(path: Path | str, frame: Any, float_format: str = "%.10g") -> None
     """A pandas DataFrame as CSV, atomically."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format=float_format)
-
-
-def file_digest(*paths: Path | str) -> str:
-    """A short content hash of files, in order (to tell whether inputs changed)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]

@@ -17,7 +17,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -127,19 +127,17 @@ class RunRecord:
                           if name not in logged})
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
-        """Finite numbers only: None, NaN and inf (JSON's null) and nested groups are left out."""
-        now = int(time.time() * 1000)
-        for name, value in metrics.items():
-            if isinstance(value, int | float) and np.isfinite(value):
-                self.metrics.setdefault(name, []).append([int(step), float(value), now])
+        """Numbers only: None and nested groups are left out (and, as in every history, NaN and inf)."""
+        self.log_history([step], {name: [value] for name, value in metrics.items() if isinstance(value, int | float)})
 
-    def log_history(self, steps: np.ndarray, series: Mapping[str, np.ndarray]) -> None:
-        """Per-step curves: one history per name."""
+    def log_history(self, steps: Sequence[int], series: Mapping[str, Sequence[float]]) -> None:
+        """Per-step curves: one history per name, its finite points only (JSON's null is NaN or inf)."""
         now = int(time.time() * 1000)
         for name, values in series.items():
-            self.metrics.setdefault(name, []).extend(
-                [int(step), float(value), now] for step, value in zip(steps, values, strict=True)
-                if np.isfinite(value))
+            points = [[int(step), float(value), now] for step, value in zip(steps, values, strict=True)
+                      if np.isfinite(value)]
+            if points:
+                self.metrics.setdefault(name, []).extend(points)
 
     def log_artifact(self, path: Path | str, folder: str | None = None, pipeline: bool = False) -> None:
         """A file of the stage's outputs to show with the run (in `folder`), and with the pipeline's parent run too

@@ -115,12 +115,6 @@ class Publisher:
             if not token:
                 return found
 
-    def _abandoned(self, run: Any) -> bool:
-        if run.info.status != "RUNNING":
-            return False
-        gone = gone_from_this_host(run.data.tags.get(PUBLISHER_TAG, ""))
-        return time.time() - run.info.start_time / 1000 > STALE if gone is None else gone
-
     def publish(self, specs: list[Spec]) -> Published:
         for pipeline_key in dict.fromkeys(spec.pipeline for spec in specs):
             mine = [spec for spec in specs if spec.pipeline == pipeline_key]
@@ -142,11 +136,16 @@ class Publisher:
                 self.published.removed += 1
 
     def _remove_if_abandoned(self, run: Any) -> bool:
-        if self._abandoned(run):
-            self._unless_gone(self.client.delete_run, run.info.run_id)
-            self.published.removed += 1
-            return True
-        return False
+        """Delete `run` if a publisher left it unfinished: its process, on this host, is gone (on another, it is
+        older than STALE)."""
+        if run.info.status != "RUNNING":
+            return False
+        gone = gone_from_this_host(run.data.tags.get(PUBLISHER_TAG, ""))
+        if not (time.time() - run.info.start_time / 1000 > STALE if gone is None else gone):
+            return False
+        self._unless_gone(self.client.delete_run, run.info.run_id)
+        self.published.removed += 1
+        return True
 
     def _live_run(self, key: str | None) -> Any:
         """The run a fit's live logger made (runtime/live.py), if any."""

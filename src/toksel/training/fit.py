@@ -30,9 +30,10 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import Logger
 from pytorch_lightning.utilities import rank_zero_only
 
-from toksel.runtime.config import TrainConfig
+from toksel.runtime.config import TrainConfig, params_hash
 from toksel.runtime.distributed import is_worker
 from toksel.runtime.errors import ToksError
+from toksel.runtime.io import file_sha256
 from toksel.runtime.known_warnings import silence_known_warnings
 from toksel.runtime.live import live_logger
 from toksel.runtime.memory import keep_freed_memory
@@ -105,6 +106,11 @@ class RecordFit(pl.Callback):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[RECORD] = {"key": self.key, "stopped": bool(trainer.should_stop)}
+
+
+def fit_key(settings: dict, rows: Path) -> str:
+    """The key of a fit's checkpoints: the digest of the settings it ran with and of its training rows."""
+    return params_hash(settings) + file_sha256(rows)[:16]
 
 
 def resumable_checkpoint(folder: Path, key: str) -> Resume | None:
