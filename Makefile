@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 TEAM_PORT ?= 5001
 
-.PHONY: test-slow install repro test lint ui check-ui bench chromium postgres mlflow-server check-report
+.PHONY: test-slow install repro quick test lint ui check-ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -24,6 +24,13 @@ $(STAMP): pyproject.toml
 repro: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
 	$(BIN)/dvc repro $(REPRO_FLAGS)
+
+# The whole DAG small, in a few minutes: profiles/quick.yaml's values set as a DVC experiment (tools/profile.py);
+# the real datasets from $TOKSEL_DATA_MIRROR or the Hub, else the synthetic ones only. `git checkout params.yaml`
+# goes back to the full values.
+quick: $(STAMP)
+	$(BIN)/python -m tools.heal_lock
+	$(BIN)/python -m tools.profile quick $(REPRO_FLAGS)
 
 # The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline), which
 # `make test-slow` runs; CI runs both. Two workers, one test file each at a time, handed out in collection order

@@ -19,5 +19,6 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
               "evaluate.min_selection_fraction"),
     "phase_diagram": ("base.seeds", "phase", "evaluate"),
     "calibrate": ("base.seeds", "train", "gradient_flow", "calibration", "report", "evaluate", "ablation"),
-    "report": ("base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase", "d_sweep"),
+    "report": ("profile", "base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase",
+               "d_sweep"),
 }

@@ -283,6 +283,8 @@ class ReportConfig:
 @dataclass
 class Config:
     dataset: str = bounded("synthetic", help="the entry of `datasets` to run on")
+    profile: str = bounded(help="what the values are: full (the paper's sizes) or the name of the profile that set "
+                                "them (quick: profiles/quick.yaml, `make quick`); the report's first lines say it")
     seed: int = bounded(0, ge=0, help="the model seed of this run (dvc.yaml runs each of base.seeds)")
     base: BaseConfig = field(default_factory=BaseConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -321,7 +323,7 @@ class Config:
             if key:
                 tree.setdefault(section, {})[key] = getattr(value, key)
             else:
-                tree[section] = dataclasses.asdict(value)
+                tree[section] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         return tree
 
 
@@ -563,12 +565,12 @@ def describe(config: Config, sections: Iterable[str]) -> list[str]:
 
     for name in sections:
         section, _, key = name.partition(".")
-        if not key:
+        if not key and dataclasses.is_dataclass(getattr(config, section)):
             walk(getattr(config, section), f"{section}.")
             continue
-        spec = next(spec for spec in dataclasses.fields(getattr(config, section)) if spec.name == key)
-        lines.append(f"  {f'{name}={getattr(getattr(config, section), key)}':<44} {spec.metadata.get('help', '')}"
-                     .rstrip())
+        owner = getattr(config, section) if key else config  # a key of a section, or a top-level key (profile)
+        spec = next(spec for spec in dataclasses.fields(owner) if spec.name == (key or section))
+        lines.append(f"  {f'{name}={getattr(owner, key or section)}':<44} {spec.metadata.get('help', '')}".rstrip())
     return lines
 
 
