@@ -15,12 +15,12 @@ import sys
 import pandas as pd
 
 from pipelines.sections import STAGE_SECTIONS
-from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure
+from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure, verdict_counts
 from toksel.claims.measurements import seed_metrics
 from toksel.claims.rebuttal import compare_with_tables
 from toksel.report import markdown
 from toksel.report.comparison import variants_comparison
-from toksel.report.document import Row, markdown_table
+from toksel.report.document import Row, markdown_table, verdict_words
 from toksel.report.plots import rebuttal_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
@@ -78,6 +78,9 @@ def ablation_report(config: Config, run: RunRecord) -> None:
     metrics |= {"claims_held": float(sum(item.verdict == "holds" for item in assessed)),
                 "claims_total": float(len(assessed))}
     run.record_metrics(OUT / "metrics.json", metrics)
+    verdicts = verdict_counts(assessed)
+    write_json(OUT / "verdicts.json", verdicts)  # its DVC metrics
+    run.outcome = f"the claims: {verdict_words(verdicts)}"
 
 
 def _summary(config: Config, variants: dict, assessed: list, comparison: pd.DataFrame, one_step: dict) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from pipelines.sections import STAGE_SECTIONS
-from toksel.claims.catalogue import BY_ID, assess, claim_metrics
+from toksel.claims.catalogue import BY_ID, assess, claim_metrics, verdict_counts
 from toksel.claims.measurements import MATCHED, dataset_measurements, dataset_runs, grid_runs, mean_over_seeds
 from toksel.report.comparison import training_comparison
 from toksel.report.document import PROTOCOL_NOTE, Row, markdown_table, publish_summary
@@ -42,7 +42,7 @@ def compare(config: Config, run: RunRecord) -> None:
         f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.training_seeds))}", "",
         *markdown_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *markdown_table(others), "",
         "## The arms side by side (mean +- std over the seeds)", "", training_comparison(arms)]) + "\n"
-    publish_summary(run, out, summary, claim_metrics(assessed))
+    publish_summary(run, out, summary, claim_metrics(assessed), verdict_counts(assessed))
 
 
 def main(argv: list[str] | None = None) -> int:

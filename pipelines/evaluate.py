@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from pipelines.sections import STAGE_SECTIONS
-from toksel.claims.catalogue import BY_ID, assess, claim_metrics
+from toksel.claims.catalogue import BY_ID, assess, claim_metrics, verdict_counts
 from toksel.claims.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.data.draws import data_dir
 from toksel.data.token_table import TokenTable, read_token_table
@@ -131,7 +131,7 @@ def evaluate(config: Config, run: RunRecord) -> None:
         f"# {dataset}: the theory's claims over seeds {', '.join(map(str, config.base.seeds))}", "",
         *markdown_table([Row(item, dataset, "evaluate") for item in assessed]), "",
         *[f"- {note}" for note in notes], "", *[f"![{name}]({name})" for name in figures]]) + "\n"
-    publish_summary(run, out, summary, claim_metrics(assessed))
+    publish_summary(run, out, summary, claim_metrics(assessed), verdict_counts(assessed))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,7 +161,7 @@ def phase_diagram(config: Config, run: RunRecord) -> None:
         save_figure(figure, OUT / name)
         run.log_artifact(OUT / name)
     summary = _summary(config, first, mean_abs_alpha, rows, metrics, list(figures))
-    publish_summary(run, OUT, summary, metrics, shown_until="\n\n![")
+    publish_summary(run, OUT, summary, metrics)
 
 
 def phase_measurements(config: Config, by_seed: dict[int, dict[str, float | None]]) -> list:

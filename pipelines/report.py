@@ -30,7 +30,7 @@ from toksel.report.plots import save_figure, verdicts_figure
 from toksel.report.readings import all_shown, readings_html, readings_markdown
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
-from toksel.runtime.io import write_text
+from toksel.runtime.io import write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
 
@@ -57,6 +57,9 @@ def report(config: Config, run: RunRecord) -> None:
     run.log_artifact(OUT / "verdicts.png")
     counts = tally(sections)
     run.record_metrics(OUT / "metrics.json", counts)
+    verdicts = {f"{prefix}{name}": counts[f"{origin}_{name}"] for origin, prefix in (("claims", ""), ("ours", "ours_"))
+                for name in ("held", "failed", "inconclusive")}
+    write_json(OUT / "verdicts.json", verdicts)  # its DVC metrics: the paper's claims, and ours apart
     print(f"report: {headline(counts)} {OUT / 'report.html'}")
 
 

@@ -338,6 +338,16 @@ def claim_metrics(assessed: Sequence[Assessment]) -> dict[str, float | None]:
                       "claims_total": float(len(main))}
 
 
+VERDICT_COUNTS = (("held", "holds"), ("failed", "fails"), ("inconclusive", "inconclusive"))
+
+
+def verdict_counts(assessed: Sequence[Assessment], prefix: str = "") -> dict[str, float]:
+    """How many of the judged claims (under their own protocol) hold, fail and are inconclusive: what a checking
+    stage gives DVC as its metrics (verdicts.json), a few keys that read the same in every stage's row."""
+    main = [item for item in assessed if item.judged and not item.measurement.protocol]
+    return {prefix + name: float(sum(item.verdict == verdict for item in main)) for name, verdict in VERDICT_COUNTS}
+
+
 def in_scope(claim: Claim, dataset: str, data: Any, config: Any) -> bool:
     """Whether `claim` is measured on `dataset`, whose data section is `data`; config: the stage's (it names the
     datasets of the training runs, the ablations and the phase diagram). Measured is not judged: see Regime."""

@@ -26,7 +26,7 @@ from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, 
 from toksel.claims.verdict import Interval
 from toksel.report.markdown import number, table
 from toksel.runtime.config import Config, load_config
-from toksel.runtime.io import read_json, write_text
+from toksel.runtime.io import read_json, write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
 
@@ -463,10 +463,18 @@ def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
 
 
 def publish_summary(run: RunRecord, out: Path, summary: str, metrics: Mapping[str, Any],
-                    shown_until: str = "\n\n## ") -> None:
-    """A stage's summary.md (also an artifact of its MLflow run) and its metrics.json; the summary up to
-    `shown_until` (its first subsection) on stdout."""
+                    verdicts: Mapping[str, float] | None = None) -> None:
+    """A stage's summary.md (also an artifact of its MLflow run), its metrics.json and, for a stage that judges
+    claims, its verdict counts (verdicts.json: its DVC metrics), which the stage's line on the console gives."""
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")
     run.record_metrics(out / "metrics.json", metrics)
-    print(summary.split(shown_until)[0])
+    if verdicts is not None:
+        write_json(out / "verdicts.json", verdicts)
+        run.outcome = f"the claims: {verdict_words(verdicts)}"
+
+
+def verdict_words(verdicts: Mapping[str, float], prefix: str = "") -> str:
+    """12 hold, 1 fails, 3 inconclusive."""
+    held, failed, unclear = (int(verdicts[f"{prefix}{name}"]) for name in ("held", "failed", "inconclusive"))
+    return f"{held} hold{'s' if held == 1 else ''}, {failed} fail{'s' if failed == 1 else ''}, {unclear} inconclusive"

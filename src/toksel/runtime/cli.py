@@ -178,8 +178,13 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 one = config if every_seed is None else dataclasses.replace(config, seed=seed)
                 record = naming.record(one, sections, seeded or every_seed is not None, told_dataset(argv), recorded)
                 records.append(record)
+                started = time.perf_counter()
                 with record.run():
                     body(one, record)
+                if not is_worker():  # one line per unit of work: what it was, how long it took, where its result is
+                    outcome = f"{record.outcome}; " if record.outcome else ""
+                    written = f": {record.written}" if record.written else ""
+                    print(f"{record.name}: {outcome}done in {time.perf_counter() - started:.1f} s{written}", flush=True)
             if not is_worker():
                 if every_seed is not None:
                     write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))

@@ -38,6 +38,7 @@ SEARCHED = ("data", "results", "runs")  # where stages write, and so where tempo
 class _Transaction:
     def __init__(self) -> None:
         self.renames: dict[Path, Path] = {}  # final path -> its temporary file, in the order written
+        self.digests: dict[Path, list] = {}  # temporary file -> [size, sha256], once hashed
 
 
 _open: list[_Transaction] = []
@@ -54,6 +55,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         yield tmp
         if _open:
             _open[-1].renames[path] = tmp
+            _open[-1].digests.pop(tmp, None)  # written again: hashed afresh
             return
         _record_digests({path: tmp}, now=True)
         os.replace(tmp, path)
@@ -89,17 +91,14 @@ def outputs_together() -> Iterator[None]:
     _commit(transaction.renames)
 
 
-_digests: dict[tuple, list] = {}  # (path, its stat) -> [size, sha256]: a file is hashed once for its run record
-# and once for its folder's record
-
-
 def _digest(path: Path) -> list:
-    stat = path.stat()
-    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if key not in _digests:
+    """[size, SHA-256] of `path`; a file waiting in the open outputs_together is hashed once, for its run record
+    and its folder's record."""
+    known = _open[-1].digests if _open and path in _open[-1].renames.values() else {}
+    if path not in known:
         with open(path, "rb") as handle:
-            _digests[key] = [stat.st_size, hashlib.file_digest(handle, "sha256").hexdigest()]
-    return _digests[key]
+            known[path] = [path.stat().st_size, hashlib.file_digest(handle, "sha256").hexdigest()]
+    return known[path]
 
 
 def _record_digests(renames: dict[Path, Path], now: bool = False) -> dict[Path, Path]:

@@ -115,12 +115,16 @@ class RunRecord:
         self.status, self.started, self.ended = "RUNNING", time.time(), None
         self.recorded = [] if recorded is None else recorded  # shared by the runs of one stage
         self.live = False  # its fits send their curves to MLflow as they train (tracking.live; runtime/live.py)
+        self.label = name  # what the console calls it: its own name after its parents'
+        self.written: Path | None = None  # the last metrics file it wrote
+        self.outcome = ""  # what it found, in words, for the console's line (a stage's verdict counts)
 
     def record_metrics(self, path: Path, metrics: Mapping[str, Any], logged: Iterable[str] = ()) -> None:
         """Write `metrics` but the telemetry to `path` (JSON, for DVC and the later stages) and record them all with
         this process's peak memory so far; names in `logged` already ended their history on these values."""
         results = without_telemetry(metrics)
         write_json(path, results)
+        self.written = Path(path)
         self.recorded.append((Path(path), results))
         logged = set(logged)
         self.log_metrics({name: value for name, value in {**metrics, "peak_memory_mb": peak_memory_mb()}.items()
@@ -170,7 +174,7 @@ class RunRecord:
         parameters with the values its own work ran with (`params`: a trial's rate, an arm, a cell's d) on top."""
         child = RunRecord(name, {**self.tags, **tags, TRIAL_TAG: name}, {**self.params, **(params or {})},
                           recorded=self.recorded)
-        child.live = self.live
+        child.live, child.label = self.live, f"{self.label}, {name}"
         self.children.append(child)
         with child.run():
             yield child

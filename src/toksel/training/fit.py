@@ -172,8 +172,9 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     """
     start = time.perf_counter()
     keep_freed_memory()
-    # Without progress bars (CI, a log file) Lightning's per-fit notices (devices, checkpoints restored) are noise.
-    logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.INFO if progress else logging.WARNING)
+    # Lightning's per-fit notices (devices, checkpoints restored, epochs reached) would repeat for every fit: the
+    # stage says in one line what each fit was and how it ended (training/protocol.py), resumed or not.
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
     pl.seed_everything(seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
     # A fit that had stopped early trains no further: its budget ends where it stopped.
@@ -186,7 +187,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         logger=[StageLogger(run), *([live_logger(run)] if run.live else [])],
         callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
                    LogNorms(), RecordFit(fingerprint), *callbacks],
-        enable_progress_bar=progress, enable_model_summary=progress, deterministic=True, log_every_n_steps=10,
+        enable_progress_bar=progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints / fingerprint,
     )
     if resume is not None:

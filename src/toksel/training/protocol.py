@@ -97,6 +97,11 @@ class Protocol:
             metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
             trial.log_metrics({"seconds": result.seconds})
+        if is_worker():
+            return Fitted(module, metrics, curves)
+        resumed = "" if result.resumed_from_epoch is None else f", resumed from epoch {result.resumed_from_epoch}"
+        print(f"{trial.label}: {result.epochs} epochs{resumed}, validation loss {validation_loss(metrics):.4g}, test "
+              f"accuracy {result.test.get('test_accuracy', math.nan):.4f}, {result.seconds:.1f} s", flush=True)
         return Fitted(module, metrics, curves)
 
 
