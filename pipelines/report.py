@@ -1,7 +1,9 @@
 """Stage `report`: every claim of the paper and the rebuttal, and ours, in one place (toksel.report.document).
 
 Reads the measurements the stages wrote under results/ (claims.json; a claim whose stage has not run says so),
-judges each with the registry (toksel.claims.catalogue) and the thresholds of params.yaml, and writes results/report/:
+judges each with the registry (toksel.claims.catalogue) and the thresholds of params.yaml, opens with the verdict
+in words and what the run was (toksel.report.header: the profile, seeds, each dataset's d and rows from prepare's
+metrics, the commit and DVC experiment), and writes results/report/:
 report.md (figures linked), report.html (self-contained: figures embedded), verdicts.png (the forest plot) and
 metrics.json (how many claims hold, fail, are inconclusive; how many controls fail). Both reports are
 artifacts of the pipeline's parent MLflow run.
@@ -9,7 +11,9 @@ artifacts of the pipeline's parent MLflow run.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Sequence
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.report.document import (
@@ -19,6 +23,7 @@ from toksel.report.document import (
     flow_note,
     forest_rows,
     headline,
+    method_note,
     read_calibration,
     read_measurements,
     render,
@@ -26,7 +31,9 @@ from toksel.report.document import (
     sensitivity,
     tally,
 )
-from toksel.report.plots import save_figure, verdicts_figure
+from toksel.report.forest import verdicts_figure
+from toksel.report.header import dataset_configs, header
+from toksel.report.plots import save_figure
 from toksel.report.readings import all_shown, readings_html, readings_markdown
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
@@ -34,14 +41,20 @@ from toksel.runtime.io import write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
 
+# The report also shows each dataset's data and d as its entry sets them, which SECTIONS leaves out: any change of
+# them reaches the report through what it depends on (prepare's metrics, evaluate@<dataset>'s claims, which record
+# d), and listing the entries would rerun it for an edit that changes no effective value.
 SECTIONS = STAGE_SECTIONS["report"]
 OUT = results_dir("report", "")
 TITLE = "toksel: the paper's claims in our runs"
 
 
-def report(config: Config, run: RunRecord) -> None:
+def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
     measurements = read_measurements()
-    sections, found = rows(config, measurements), sensitivity(config, measurements)
+    datasets = dataset_configs(config.datasets, overrides)  # as the stages read them: d, the data's source
+    sections, found = rows(config, measurements, datasets), sensitivity(config, measurements)
+    first = header(config, [(row.data, row.assessment) for section in sections.values() for row in section],
+                   datasets, run.tags)
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
     shown = figures(config)
     reviews = all_shown(config)  # what the kept models select in real test reviews
@@ -51,7 +64,7 @@ def report(config: Config, run: RunRecord) -> None:
     readings = {"md": "\n".join(readings_markdown(reviews)) + ("\n" if reviews else ""), "html": readings_html(reviews)}
     for markup in ("md", "html"):
         write_text(OUT / f"report.{markup}", render(markup, TITLE, sections, found, shown, OUT, readings[markup],
-                                                    calibration, notes, sweep))
+                                                    calibration, notes, sweep, first, method_note(config)))
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")
@@ -60,11 +73,12 @@ def report(config: Config, run: RunRecord) -> None:
     verdicts = {f"{prefix}{name}": counts[f"{origin}_{name}"] for origin, prefix in (("claims", ""), ("ours", "ours_"))
                 for name in ("held", "failed", "inconclusive")}
     write_json(OUT / "verdicts.json", verdicts)  # its DVC metrics: the paper's claims, and ours apart
-    print(f"report: {headline(counts)} {OUT / 'report.html'}")
+    print(f"report: {first.verdict.lead} {headline(counts)} {OUT / 'report.html'}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("report", SECTIONS, report, argv, per_dataset=False)
+    overrides = sys.argv[1:] if argv is None else list(argv)  # each dataset's config takes them too
+    return run_stage("report", SECTIONS, functools.partial(report, overrides=overrides), argv, per_dataset=False)
 
 
 if __name__ == "__main__":

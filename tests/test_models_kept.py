@@ -16,6 +16,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.models.reading import read_sequence
 from toksel.report.render_check import BROWSERS, render
+from toksel.runtime.errors import ToksError
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import batch_of_rows
 
@@ -50,6 +51,13 @@ def test_every_arm_keeps_its_model_and_its_reading_is_the_models_own(trained):
             assert float(reading.output) == pytest.approx(float(logits[row]), rel=1e-4, abs=1e-5)
 
 
+def _one_line(err: str) -> str:
+    """What a refusal printed: exactly one line on stderr."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 def test_explain_prints_each_token_with_its_weight_and_the_prediction(trained, capsys):
     assert explain.main(["train/synthetic/trained/seed0", "pos1 irr9 irr12 neg5 nosuchword"]) == 0
     printed = capsys.readouterr()
@@ -58,13 +66,67 @@ def test_explain_prints_each_token_with_its_weight_and_the_prediction(trained, c
     assert sum(float(line.split()[1]) for line in lines[:4]) == pytest.approx(1, abs=1e-3)
     assert lines[4].startswith("prediction: ") and len(lines) == 5
     assert "not in the vocabulary, left out: nosuchword" in printed.err  # synthetic data have no <unk>
+    # A model that was not trained: the kept ones are named (each arm's one seed), not the path echoed.
     assert explain.main(["train/synthetic/nosuch/seed0", "pos1"]) == 2
-    assert "holds no kept model" in capsys.readouterr().err
+    assert _one_line(capsys.readouterr().err) == (
+        "explain: no kept model at results/train/synthetic/nosuch/seed0; the kept models: "
+        "train/synthetic/one_step/seed0, train/synthetic/trained/seed0, train/synthetic/untrained/seed0")
+    # A review with no known word is refused, not read as a confident-looking prediction.
+    assert explain.main(["train/synthetic/trained/seed0", "nosuchword another one"]) == 2
+    assert _one_line(capsys.readouterr().err).startswith(
+        "explain: no word of the review is in synthetic's vocabulary (unknown: nosuchword another one)")
     # prepare again with another vocabulary: the model's token ids would read other words, so it is refused.
     assert prepare.main([*TINY, "data.synthetic.n_irrelevant=26"]) == 0
     assert explain.main(["train/synthetic/trained/seed0", "pos1 irr9"]) == 2
     assert "was trained on another vocabulary" in capsys.readouterr().err.strip().splitlines()[-1]
     assert prepare.main(TINY) == 0  # as the other tests of this module want it
+
+
+def test_explain_json_gives_the_prediction_probabilities_weights_and_unknown_words(trained, capsys):
+    assert explain.main(["results/train/synthetic/trained/seed0", "pos1 nosuchword irr9 neg5", "--json"]) == 0
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)
+    assert printed.err == ""  # the unknown words are in the object
+    assert (found["model"], found["dataset"], found["unknown"]) == ("train/synthetic/trained/seed0", "synthetic",
+                                                                    ["nosuchword"])
+    assert found["unknown_read_as"] is None  # left out: the synthetic vocabulary has no <unk>
+    assert [token["token"] for token in found["tokens"]] == ["pos1", "irr9", "neg5"]
+    weights = [token["weight"] for token in found["tokens"]]
+    assert sum(weights) == pytest.approx(1) and all(weight > 0 for weight in weights)
+    probabilities = found["probabilities"]
+    assert set(probabilities) == {"negative", "positive"} and sum(probabilities.values()) == pytest.approx(1)
+    assert found["prediction"] == max(probabilities, key=probabilities.get)
+    # The same reading as the table prints.
+    assert explain.main(["train/synthetic/trained/seed0", "pos1 nosuchword irr9 neg5"]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert [float(line.split()[1]) for line in table[:3]] == pytest.approx(weights, abs=1e-4)
+
+
+def test_explain_has_a_help_with_examples_and_says_bad_usage_in_one_line(tmp_path, monkeypatch, capsys):
+    assert explain.main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: python -m toksel.explain [-h] [--json] run text [key=value ...]\n")
+    assert "examples:" in shown and "--json" in shown and "exit codes:" in shown
+    assert 'python -m toksel.explain train/imdb/trained/seed0 "A wonderful, moving film.' in shown
+    assert explain.main(["train/synthetic/trained/seed0"]) == 2  # no review
+    assert _one_line(capsys.readouterr().err) == ("explain: the following arguments are required: text (see python -m "
+                                                  "toksel.explain --help)")
+    assert explain.main(["train/synthetic/trained/seed0", "pos1", "--colour"]) == 2
+    assert "unrecognized arguments: --colour" in _one_line(capsys.readouterr().err)
+    monkeypatch.chdir(tmp_path)  # a project where nothing was trained yet
+    assert explain.main(["train/imdb/trained/seed0", "great"]) == 2
+    assert "none is kept yet: train one first" in _one_line(capsys.readouterr().err)
+
+
+def test_explain_reads_unknown_words_as_unk_where_the_vocabulary_has_it_and_needs_one_known_word():
+    words = ["<unk>", "great", "film"]
+    assert explain._tokens("A great film, zzz", words, None, "imdb") == (["a", "great", "film", ",", "zzz"],
+                                                                       ["a", ",", "zzz"])
+    assert explain._tokens("great film zzz", words, 2, "imdb") == (["great", "film"], [])  # data.max_len: 2
+    with pytest.raises(ToksError, match="no word of the review is in imdb's vocabulary \\(unknown: zzz a\\)"):
+        explain._tokens("zzz a", words, None, "imdb")
+    with pytest.raises(ToksError, match="the review has no word to read"):
+        explain._tokens("  ", words, None, "imdb")
 
 
 def test_the_report_shows_real_reviews_shaded_by_each_arms_attention(trained, tmp_path):

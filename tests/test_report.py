@@ -13,9 +13,18 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, prepare, report
-from tests.helpers import TINY, published_runs, throwaway_project
+from tests.helpers import ROOT, TINY, published_runs, throwaway_project
+from toksel.claims.catalogue import BY_ID, assess, measure
+from toksel.models.reading import Reading
+from toksel.report.document import CONTROL_COLUMN, Row, blocks, html_table
+from toksel.report.forest import CONTROL_COLOURS, verdicts_figure
+from toksel.report.header import prepared_rows, verdict, warning
+from toksel.report.readings import SHADE_CAP, ShownReview, readings_html, shade
 from toksel.report.render_check import BROWSERS, render
 from toksel.report.render_check import main as render_check
+from toksel.runtime import records
+from toksel.runtime.config import load_config
+from toksel.runtime.records import git_sha
 from toksel.theory.phase import edge_factor, fit_power_law, measured_window, predicted_window
 
 # The cells follow their flows as the gradient_flow stage of TINY does (its horizon, the default tolerance).
@@ -101,8 +110,8 @@ def test_a_missing_cell_or_non_assumption1_data_is_a_clear_error(reported, capsy
 def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(reported):
     text = (reported / "results" / "report" / "report.md").read_text()
     metrics = json.loads((reported / "results" / "report" / "metrics.json").read_text())
-    rows = [line for line in text.split("## How each verdict rule is calibrated")[0].splitlines()
-            if line.startswith("| ") and not line.startswith("| claim")]
+    claims = text.split("## How a claim is judged")[1].split("## How each verdict rule is calibrated")[0]
+    rows = [line for line in claims.splitlines() if line.startswith("| ") and not line.startswith("| claim")]
     assert len(rows) == metrics["claims"] + metrics["ours"] + metrics["exploratory"] + metrics["described"]
     verdicts = [row.split(" | ")[6] for row in rows]
     assert metrics["claims_held"] + metrics["ours_held"] == verdicts.count("holds")
@@ -126,6 +135,31 @@ def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(r
     assert (reported / "results" / "report" / "verdicts.png").stat().st_size > 10_000
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):  # the Markdown's figures resolve from its folder
         assert (reported / "results" / "report" / link).resolve().is_file(), link
+
+
+def test_the_report_opens_with_the_verdict_and_what_the_run_was_and_warns_of_a_small_run(reported, monkeypatch):
+    out = reported / "results" / "report"
+    full = (out / "report.md").read_text()
+    first = full.split("## The verdict, claim by claim")[0]  # the first lines, before the claims one by one
+    assert first.startswith("# toksel: the paper's claims in our runs\n\n**Verdict.** ")
+    assert "A small run" not in full and "class='warning'" not in (out / "report.html").read_text()
+    assert f"**The run.** Profile full: the paper's sizes. Seeds 0 (the theory, the phase diagram); the training and " \
+           f"the ablations on 0. Commit {git_sha()}; DVC experiment: none" in first
+    # TINY's d (model.d=256 on the command line) and prepare's rows of its synthetic data (80 / 40); the datasets
+    # TINY did not prepare say so.
+    assert "| synthetic | synthetic (assumption1) | 2 | 256 | 80 | 40 |" in first
+    assert "| imdb | stanfordnlp/imdb | 2 | 256 | not prepared | not prepared |" in first
+
+    monkeypatch.setenv("DVC_EXP_NAME", "eager-pika")
+    monkeypatch.setattr(records, "git_sha", lambda: "0123abc")  # the commit a run is tagged with (a checkout's)
+    assert report.main([*TINY, *GRID, "profile=quick"]) == 0
+    quick, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert quick.split("\n\n")[1].startswith("> **A small run: its verdicts are not the paper's.** Profile quick")
+    assert page.index("<div class='warning'><strong>A small run") < page.index("<div class='verdict'>")
+    assert "Commit 0123abc; DVC experiment: eager-pika." in quick
+    monkeypatch.delenv("DVC_EXP_NAME")
+    assert report.main([*TINY, *GRID]) == 0  # the module's other tests read the full profile's report
+    assert "A small run" not in (out / "report.md").read_text()
 
 
 def test_the_html_report_is_self_contained_and_an_artifact_of_the_pipeline_run(reported):
@@ -176,3 +210,92 @@ def test_every_table_escapes_its_pipes_and_every_missing_number_says_so():
     assert table(["quantity", "value"], [["|p|", 1.5]]) == ["| quantity | value |", "|---|---|", "| \\|p\\| | 1.5 |"]
     assert [number(None), number(float("nan")), number(0.12345), number(None, missing="not measured")] == [
         "n/a", "n/a", "0.123", "not measured"]
+
+
+def _lemma41(data: str, controls: list[float]) -> Row:
+    """Lemma 4.1's linearity measured on three seeds (it holds: r 0.999), with the given control values."""
+    claim = BY_ID["lemma41_linear"]
+    runs = {seed: {"step": {"pearson_r": 0.999 - 0.0002 * seed, "control_pearson_r": control}}
+            for seed, control in enumerate(controls)}
+    return Row(assess(claim, measure(claim, data, runs), load_config([], ROOT / "params.yaml")), data, "evaluate")
+
+
+def test_a_control_that_fails_as_it_must_is_shown_as_good_and_one_that_holds_as_bad():
+    behaved, passed = _lemma41("a", [0.01, -0.02, 0.0]), _lemma41("b", [0.998, 0.999, 0.9995])
+    assert behaved.assessment.verdict == passed.assessment.verdict == "holds"
+    assert (behaved.assessment.control_verdict, passed.assessment.control_verdict) == ("fails", "holds")
+    table = blocks({"The theory": [behaved, passed]}, [], [], [], "html")[0].table
+    assert [row[CONTROL_COLUMN] for row in table.rows] == ["fails, as it must", "holds: it must fail"]
+    assert [kinds[CONTROL_COLUMN] for kinds in table.kinds] == ["good", "bad"]
+    page = html_table(table.header, table.rows, table.kinds)
+    assert "<td class='good'>fails, as it must</td>" in page and "<td class='bad'>holds: it must fail</td>" in page
+    # The forest plot: each control's hollow marker in the colour of how it behaved.
+    figure = verdicts_figure([("a", behaved.assessment), ("b", passed.assessment)])
+    hollow = [line.get_color() for line in figure.axes[0].lines if line.get_marker() == "o"
+              and line.get_markerfacecolor() == "white"]
+    assert hollow == [CONTROL_COLOURS[True], CONTROL_COLOURS[False]]
+    # The verdict in words names the control that held.
+    controls = next(item for item in verdict([("a", behaved.assessment), ("b", passed.assessment)]).items
+                    if item.label == "Controls")
+    assert controls.text.startswith("1 of the 2 controls of the judged claims failed as they must; 1 held where it "
+                                    "must fail") and controls.text.endswith(": lemma41_linear (b).")
+
+
+def test_the_verdict_in_words_names_the_claims_that_do_not_hold():
+    config = load_config([], ROOT / "params.yaml")
+    holds = _lemma41("a", [0.0, 0.01, -0.01]).assessment
+    gap = BY_ID["accuracy_gap"]
+    runs = {seed: {"trained": {"test_accuracy": 0.70 - 0.01 * seed}, "untrained": {"test_accuracy": 0.80}}
+            for seed in (0, 1, 2)}
+    fails = assess(gap, measure(gap, "imdb", runs), config)
+    assert fails.verdict == "fails"
+    said = verdict([("a", holds), ("imdb", fails)])
+    assert said.lead == ("The paper's claims hold in part: 1 of the 2 judged here hold on every dataset they were "
+                         "judged on; these do not: trained embeddings beat random frozen ones (fails on imdb).")
+    labels = {item.label: item for item in said.items}
+    assert labels["Hold"].claims == [f"Lemma 4.1: {holds.claim.statement} (a)"]
+    assert labels["Do not hold"].claims[0].startswith("Rebuttal: trained embeddings beat random frozen ones: fails "
+                                                      "on imdb (-0.11 [")
+    assert verdict([("a", holds)]).lead.startswith("The paper's claims hold: each of the 1 judged here holds")
+    assert verdict([("imdb", fails)]).lead == ("No claim of the paper judged here (1) holds on every dataset it was "
+                                               "judged on; these do not: trained embeddings beat random frozen ones "
+                                               "(fails on imdb).")
+    assert verdict([]).lead.startswith("No claim of the paper has been judged yet")
+    assert warning("full") == "" and "profiles/quick.yaml" in warning("quick") and "`make quick`" in warning("quick")
+
+
+def test_prepares_rows_are_read_per_draw(tmp_path):
+    folder = tmp_path / "prepare" / "synthetic"
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"seed0": {"n_train": 80, "n_test": 1200},
+                                                     "seed1": {"n_train": 82, "n_test": 1200}}))
+    assert prepared_rows("synthetic", tmp_path) == ("80-82", "1,200")
+    assert prepared_rows("imdb", tmp_path) == ("not prepared", "not prepared")
+
+
+def _review(weights: list[float], arm: str, row: int = 0) -> ShownReview:
+    weights = np.asarray(weights)
+    reading = Reading(weights, np.asarray(0.0), np.array([0.5, 0.5]))
+    return ShownReview("imdb", row, 1, 2, "right", [f"w{i}" for i in range(len(weights))], {arm: reading})
+
+
+def _alphas(page: str, caption_row: int) -> list[float]:
+    """The background alpha of each token of the review shown for test row `caption_row`."""
+    section = page.split(f"test review {caption_row}:")[1].split("</table>")[0]
+    return [float(alpha) for alpha in re.findall(r"rgba\(33, 102, 172, ([0-9.]+)\)", section)]
+
+
+def test_attention_is_shaded_against_uniform_on_one_scale_for_every_review_and_arm():
+    assert shade(0.25, 4) == 0.0 and shade(0.1, 4) == 0.0  # uniform and below: no shade
+    assert shade(0.5, 4) == pytest.approx(math.log(2) / math.log(SHADE_CAP))  # twice uniform
+    assert shade(0.9, 40) == 1.0  # beyond the cap: the darkest
+    assert shade(0.2, 10) == shade(0.5, 4)  # the same w T, the same shade, whatever the review's length
+    uniform = _review([0.25] * 4, "untrained", row=1)
+    peaked = _review([0.85, 0.05, 0.05, 0.05], "trained", row=2)
+    longer = _review([0.2] + [0.8 / 9] * 9, "trained", row=3)  # twice uniform on w0, as w0 of a review of 4 at 0.5
+    page = readings_html([uniform, peaked, longer])
+    assert _alphas(page, 1) == [0.0] * 4  # a uniform reading is not shaded, however its largest weight compares
+    darkest, *rest = _alphas(page, 2)
+    assert darkest == pytest.approx(shade(0.85, 4), abs=0.005) and darkest > 0.5 and rest == [0.0] * 3
+    assert _alphas(page, 3)[0] == pytest.approx(math.log(2) / math.log(SHADE_CAP), abs=0.005)
+    assert "class='legend'" in page and f"the darkest from {SHADE_CAP:g} x uniform" in page

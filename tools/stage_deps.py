@@ -28,7 +28,7 @@ RESULT_NEUTRAL = {"toksel.runtime.progress", "toksel.runtime.known_warnings", "t
 COMPUTE_STAGES = ("prepare", "one_step", "gradient_flow", "train", "ablation", "phase", "d_sweep", "calibrate")
 FOR_VIEWS_ONLY = ("src/toksel/tracking/", "src/toksel/publish.py", "src/toksel/ui.py", "src/toksel/report/document.",
                   "src/toksel/report/markdown.py", "src/toksel/report/comparison.py", "src/toksel/report/readings.py",
-                  "src/toksel/report/render_check.py")
+                  "src/toksel/report/render_check.py", "src/toksel/report/header.py", "src/toksel/report/forest.py")
 
 
 def _file(module: str) -> str:

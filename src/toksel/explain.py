@@ -1,17 +1,24 @@
-"""What a trained model selects in a review: `python -m toksel.explain <run> "review text" [key=value ...]`.
+"""What a trained model selects in a review: each token's attention weight and the prediction.
 
-<run> is a kept model, the folder a training stage wrote it to, with or without `results/`:
+    python -m toksel.explain RUN "review text" [key=value ...] [--json]
+
+RUN is a kept model, the folder the train stage wrote it to, with or without `results/`:
 train/<dataset>/<arm>/seed<k> (arm: trained, untrained, one_step). The review is tokenized as the dataset's
-`prepare` did (word tokens, lowercased; words outside the vocabulary are <unk>, or left out where the
-vocabulary has none, as the synthetic one), and each token is printed with
-its attention weight (and a bar as long as the weight against the largest), then the prediction. The keys are
-params.yaml overrides, as for a stage (the dataset's settings are read from params.yaml).
+`prepare` did (word tokens, lowercased). A word outside the vocabulary is read as <unk>, or left out where the
+vocabulary has none (the synthetic one); either way explain names it on stderr, and refuses a review with no
+known word. The keys are params.yaml overrides, as for a stage (the dataset's settings are read from params.yaml).
+Bad input (no such model, a review with no known word, a bad override): one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -26,64 +33,163 @@ from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, read_npz
 
 BAR = 30  # characters of the largest weight's bar
+RESULTS = Path("results")
+PROG = "python -m toksel.explain"
+EXAMPLES = f"""examples:
+  {PROG} train/imdb/trained/seed0 "A wonderful, moving film. The acting is superb."
+      each token with its attention weight and a bar, then the prediction
+  {PROG} train/imdb/untrained/seed0 "A wonderful, moving film. The acting is superb."
+      the same review read with random frozen embeddings (E0), for comparison
+  {PROG} train/yelp_polarity/trained/seed1 "Cold fries, rude staff." --json
+      one JSON object: the prediction, the probabilities, each token's weight, the unknown words
+  {PROG} train/imdb/trained/seed0 "$(cat review.txt)" data.max_len=64
+      a review from a file, read up to its first 64 tokens
+
+exit codes: 0 read; 2 bad input (no such kept model, a review with no known word, a bad override), said in one
+line on stderr. A review that begins with '-' follows '--': {PROG} RUN -- "-10/10, dreadful"."""
 
 
-def model_folder(run: str) -> Path:
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """Bad usage in one line on stderr, exit code 2 (argparse's own prints the usage too)."""
+        print(f"explain: {message} (see {PROG} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    about = __doc__.split("\n\n")
+    command = _Parser(prog=PROG, description="\n\n".join([about[0], *about[2:]]).strip(), epilog=EXAMPLES,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_argument("run", help="a kept model: train/<dataset>/<arm>/seed<k>, with or without results/ "
+                                     "(arm: trained, untrained, one_step)")
+    command.add_argument("text", help="the review, one argument (quote it)")
+    command.add_argument("overrides", nargs="*", default=[], metavar="key=value",
+                         help="params.yaml overrides, as for a stage (data.max_len=64)")
+    command.add_argument("--json", action="store_true",
+                         help="print one JSON object (prediction, probabilities, tokens with their weights, "
+                              "unknown words) instead of the table, for scripts")
+    return command
+
+
+def kept_models(root: Path = RESULTS) -> list[str]:
+    """The one-layer models the train stage kept under `root`, a seed range per dataset and arm:
+    train/imdb/trained/seed{0,1,2}."""
+    seeds: dict[Path, list[int]] = {}
+    for path in root.glob("train/*/*/seed*/model.npz"):
+        suffix = path.parent.name.removeprefix("seed")
+        if suffix.isdigit():
+            seeds.setdefault(path.parent.parent.relative_to(root), []).append(int(suffix))
+    shown = []
+    for folder, found in sorted(seeds.items()):
+        numbers = ",".join(map(str, sorted(found)))
+        shown.append(f"{folder.as_posix()}/seed{numbers if len(found) == 1 else '{' + numbers + '}'}")
+    return shown
+
+
+def model_folder(run: str, root: Path = RESULTS) -> Path:
+    """The kept model's folder; a run that kept none is refused, naming the models that are kept."""
     folder = Path(run)
-    folder = folder if folder.parts[:1] == ("results",) else Path("results") / folder
-    if not (folder / "model.npz").exists():
-        raise ToksError(f"{folder} holds no kept model (model.npz): name a training run such as "
-                        "train/imdb/trained/seed0, after `dvc repro train@imdb`")
-    return folder
+    folder = folder if folder.parts[:1] == (root.name,) else root / folder
+    if (folder / "model.npz").exists():
+        return folder
+    kept = kept_models(root)
+    if not kept:
+        raise ToksError(f"no kept model at {folder}, and none is kept yet: train one first "
+                        "(dvc repro train@imdb, or python -m pipelines.train dataset=imdb)")
+    raise ToksError(f"no kept model at {folder}; the kept models: {', '.join(kept)}")
 
 
-def explain(run: str, text: str, overrides: list[str] = ()) -> tuple[list[str], Reading, int]:
-    """The review's tokens (as the model sees them), the model's reading and the number of classes."""
+@dataclass(frozen=True)
+class Explanation:
+    model: str  # the kept model's folder under results/
+    dataset: str
+    words: list[str]  # the tokens as the model reads them (an unknown word is <unk>, or left out)
+    unknown: list[str]  # the review's words outside the vocabulary, in order
+    left_out: bool  # the vocabulary has no <unk>: unknown words are left out, not read as <unk>
+    reading: Reading
+    num_classes: int
+
+    def as_json(self) -> dict[str, Any]:
+        """The prediction, the probabilities, each token's weight and the unknown words, for scripts."""
+        probabilities = self.reading.probabilities
+        return {"model": self.model, "dataset": self.dataset,
+                "prediction": class_name(self.reading.predicted, self.num_classes),
+                "probabilities": {class_name(k, self.num_classes): float(p) for k, p in enumerate(probabilities)},
+                "tokens": [{"token": word, "weight": float(weight)}
+                           for word, weight in zip(self.words, self.reading.weights, strict=True)],
+                "unknown": self.unknown, "unknown_read_as": None if self.left_out else UNKNOWN}
+
+
+def _tokens(text: str, words: list[str], max_len: int | None, dataset: str) -> tuple[list[str], list[str]]:
+    """The review's word tokens (the first max_len) and those outside the vocabulary; no known word: refused."""
+    found = word_tokens(text)[:max_len]
+    if not found:
+        raise ToksError("the review has no word to read")
+    known = set(words) - {UNKNOWN}
+    unknown = [word for word in found if word not in known]
+    if len(unknown) == len(found):
+        raise ToksError(f"no word of the review is in {dataset}'s vocabulary (unknown: {' '.join(unknown)}): there "
+                        "is nothing to read, and a prediction would only look confident")
+    return found, unknown
+
+
+def explain(run: str, text: str, overrides: Sequence[str] = ()) -> Explanation:
+    """The review as the kept model `run` reads it."""
     folder = model_folder(run)
     model = read_npz(folder / "model.npz", producer="train")
     about = read_json(folder / "model.json", producer="train")
     if about.get("model") != "one_layer":
         raise ToksError(f"{folder} is a {about.get('model')} model: explain reads the one-layer model of the train "
                         "stage, whose tokens' scores and values are all it needs")
-    config = load_config([f"dataset={about['dataset']}", *overrides])
+    dataset = about["dataset"]
+    config = load_config([f"dataset={dataset}", *overrides])
     if config.data.tokenizer != "word":
-        raise ToksError(f"explain reads word-tokenized datasets; {about['dataset']} uses data.tokenizer = "
+        raise ToksError(f"explain reads word-tokenized datasets; {dataset} uses data.tokenizer = "
                         f"{config.data.tokenizer!r}")
-    table = data_dir(about["dataset"], int(about.get("seed", 0))) / "tokens.csv"
+    table = data_dir(dataset, int(about.get("seed", 0))) / "tokens.csv"
     tokens = read_token_table(table)
     if about["vocabulary"] != tokens.vocabulary_digest():  # prepare ran again since, with other settings
         raise ToksError(f"{folder} was trained on another vocabulary than {table} holds now: its token ids would "
-                        f"read other words; run the train stage again (dvc repro train@{about['dataset']})")
+                        f"read other words; run the train stage again (dvc repro train@{dataset})")
     words = tokens.words
-    found = word_tokens(text)[:config.data.max_len]
-    if words[0] != UNKNOWN:  # a vocabulary without <unk> (synthetic data): a word outside it is left out
-        known = set(words)
-        outside = [word for word in found if word not in known]
-        if outside:
-            print(f"explain: not in the vocabulary, left out: {' '.join(outside)}", file=sys.stderr)
-        found = [word for word in found if word not in outside]
+    found, unknown = _tokens(text, words, config.data.max_len, dataset)
+    left_out = words[0] != UNKNOWN  # a vocabulary without <unk> (synthetic data)
+    if left_out:
+        found = [word for word in found if word not in unknown]
     ids = Vocabulary(words).encode([found])[0]
-    if len(ids) == 0:
-        raise ToksError("the review has no word to read")
-    return [words[i] for i in ids], read_sequence(model["scores"], model["values"], ids), tokens.num_classes
+    return Explanation(folder.relative_to(RESULTS).as_posix() if folder.is_relative_to(RESULTS) else str(folder),
+                       dataset, [words[i] for i in ids], unknown, left_out,
+                       read_sequence(model["scores"], model["values"], ids), tokens.num_classes)
+
+
+def _print_table(found: Explanation) -> None:
+    reading = found.reading
+    largest = reading.weights.max()
+    for word, weight in zip(found.words, reading.weights, strict=True):
+        print(f"{word:>16}  {weight:7.4f}  {'#' * max(1, round(BAR * weight / largest))}")
+    probabilities = ", ".join(f"{class_name(k, found.num_classes)} {p:.3f}"
+                              for k, p in enumerate(reading.probabilities))
+    print(f"prediction: {class_name(reading.predicted, found.num_classes)} ({probabilities}); the largest weight "
+          f"{largest:.3f} is on '{found.words[int(np.argmax(reading.weights))]}'")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) < 2 or args[0] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[0].split(": ", 1)[1], file=sys.stderr)
-        return 0 if args[:1] in (["-h"], ["--help"]) else 2
     try:
-        words, reading, classes = explain(args[0], args[1], args[2:])
+        args = parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0) or bad usage (2, said in one line): a code to return, as for the rest
+        return int(stop.code or 0)
+    try:
+        found = explain(args.run, args.text, args.overrides)
     except ToksError as error:
         print(f"explain: {error}", file=sys.stderr)
         return 2
-    largest = reading.weights.max()
-    for word, weight in zip(words, reading.weights, strict=True):
-        print(f"{word:>16}  {weight:7.4f}  {'#' * max(1, round(BAR * weight / largest))}")
-    probabilities = ", ".join(f"{class_name(k, classes)} {p:.3f}" for k, p in enumerate(reading.probabilities))
-    print(f"prediction: {class_name(reading.predicted, classes)} ({probabilities}); the largest weight "
-          f"{largest:.3f} is on '{words[int(np.argmax(reading.weights))]}'")
+    if args.json:
+        print(json.dumps(found.as_json(), indent=2))
+        return 0
+    if found.unknown:
+        how = "left out" if found.left_out else f"read as {UNKNOWN}"
+        print(f"explain: not in the vocabulary, {how}: {' '.join(found.unknown)}", file=sys.stderr)
+    _print_table(found)
     return 0
 
 

@@ -386,6 +386,12 @@ class Assessment:
         return self.measurement is not None and self.verdict not in ("exploratory", "described")
 
     @property
+    def control_behaved(self) -> bool | None:
+        """Whether the control did what a near miss without the effect must: fail the check (True), not hold it
+        (False); None where it did neither (inconclusive, not computed, described, not run)."""
+        return {"fails": True, "holds": False}.get(self.control_verdict)
+
+    @property
     def band(self) -> tuple[float, float] | None:
         """A size claim's band: the paper's value divided and multiplied by the factor."""
         if self.claim.comparison != "within" or self.claim.paper_value is None:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -82,9 +82,12 @@ class Row:
         return item.verdict
 
 
-def rows(config: Config, measurements: list[Measurement]) -> dict[str, list[Row]]:
-    """Every claim on every dataset in its scope, in the registry's order, grouped by section."""
-    data = {name: load_config([f"dataset={name}"]).data for name in config.datasets}
+def rows(config: Config, measurements: list[Measurement],
+         datasets: Mapping[str, Config] | None = None) -> dict[str, list[Row]]:
+    """Every claim on every dataset in its scope, in the registry's order, grouped by section. datasets: each
+    dataset's config (header.dataset_configs); by default params.yaml's."""
+    configs = datasets or {name: load_config([f"dataset={name}"]) for name in config.datasets}
+    data = {name: configs[name].data for name in config.datasets}
     main = {(item.claim, item.data): item for item in measurements if not item.protocol}
     grouped: dict[str, list[Row]] = {heading: [] for heading in SECTIONS}
     for claim in CLAIMS:
@@ -136,8 +139,8 @@ def headline(counts: dict[str, float]) -> str:
     controls = counts["controls_not_holding"] + counts["controls_holding"]
     return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not counted: {counts['exploratory']:.0f} "
             f"exploratory (the data lack what the lemma needs) and {counts['described']:.0f} described, not judged. "
-            f"The check does not hold on its control, a near miss without the effect, for "
-            f"{counts['controls_not_holding']:.0f} of the {controls:.0f} controls of the claims counted.")
+            f"{counts['controls_not_holding']:.0f} of the {controls:.0f} controls of the claims counted do not hold "
+            "on their near miss without the effect (a control must not).")
 
 
 def interval_text(interval: Interval | None) -> str:
@@ -164,6 +167,14 @@ def calibration_cell(claim: Claim, calibration: Calibration, markup: str = "md")
     return f"[{claim.family}](#{family_anchor(claim.family)}) ({standing})"
 
 
+CONTROL_TEXT = {"fails": "fails, as it must", "holds": "holds: it must fail"}  # a control's verdict, read for it
+
+
+def control_text(verdict: str) -> str:
+    """A control's verdict with what it means: a near miss without the effect must fail the check."""
+    return CONTROL_TEXT.get(verdict, verdict)
+
+
 def cells(row: Row, calibration: Calibration = (), markup: str = "md") -> list[str]:
     """claim, checks, data, paper, ours, threshold, verdict, control, control verdict, calibration family."""
     item, claim = row.assessment, row.assessment.claim
@@ -171,7 +182,7 @@ def cells(row: Row, calibration: Calibration = (), markup: str = "md") -> list[s
     ours = "" if item.measurement is None else interval_text(item.interval) + (f"; {detail}" if detail else "")
     control = "" if item.measurement is None else interval_text(item.control_interval)
     return [f"{claim.source}: {claim.statement}", claim.kind, row.data, claim.paper, ours, item.threshold_text,
-            row.verdict, control, "" if item.measurement is None else item.control_verdict,
+            row.verdict, control, "" if item.measurement is None else control_text(item.control_verdict),
             calibration_cell(claim, calibration, markup)]
 
 
@@ -225,14 +236,23 @@ PROTOCOL_NOTE = ("`matched lr` (the claims' protocol, as the paper ran them): ev
                  "edge where the best sat on it), the same stopping rule; `equal steps`: every arm at its tuned rate "
                  "after the same train.screen_epochs epochs; `theory protocol`, for the spread ratios: E frozen at E1 "
                  "with v at v0 and p from gradient flow in place of the trained one-step arm.")
-METHOD_NOTE = ("Each claim is measured on every seed it runs (five for the theory and the phase diagram, three for "
-               "training and for the gradient flow on real data); `ours` is the mean with its 95 % interval "
-               "(Student's t over the seeds). A presence claim holds when the whole interval lies on its "
-               "side of the threshold, fails when it lies on the other side, and is inconclusive otherwise; a size "
-               "claim holds when the interval lies inside the band around the paper's number, fails when it misses "
-               "it. Its control is the same measurement on a near miss, where everything is as in the claim but the "
-               "claimed effect; the control's verdict should be `fails`. A claim on data its lemma does not cover is "
-               "exploratory: shown, not counted. Each claim links to the calibration of its verdict rule.")
+METHOD_NOTE = ("Each claim is measured on every seed it runs ({seeds} for the theory and the phase diagram, "
+               "{training} for training, and on real data the gradient flow on its dataset's gradient_flow.seeds); "
+               "`ours` is the mean with its 95 % interval (Student's t over the seeds). A presence claim holds when "
+               "the whole interval lies on its side of the threshold, fails when it lies on the other side, and is "
+               "inconclusive otherwise; a size claim holds when the interval lies inside the band around the "
+               "paper's number, fails when it misses it. Its control is the same measurement on a near miss, where "
+               "everything is as in the claim but the claimed effect: a control must fail (`fails, as it must`, "
+               "green in report.html); one that holds (`holds: it must fail`, red) is the bad case, a check that "
+               "cannot tell the effect from its absence. A claim on data its lemma does not cover is exploratory: "
+               "shown, not counted. Each claim links to the calibration of its verdict rule.")
+
+
+def method_note(config: Config) -> str:
+    """How a claim is judged, with the seeds this run measured it on."""
+    return METHOD_NOTE.format(seeds=len(config.base.seeds), training=len(config.training_seeds))
+
+
 CALIBRATION_NOTE = ("Each family's statistic and verdict rule, run as the claims run them (the same seeds per "
                     "verdict, the same threshold), on replicates with a known answer: the effect planted at the "
                     "paper's size (power), at half of it, and absent on a realistic null (false positives). A rate's "
@@ -323,7 +343,10 @@ th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}t
 td.holds,td.good{background:#e6f4ea}td.fails,td.bad{background:#fce8e6;font-weight:bold}
 td.inconclusive{background:#fef7e0}td.missing{background:#f1f1f1}td.exploratory{background:#e8f0fe}
 img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}
-td.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}"""
+td.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}
+.warning{border:2px solid #d73027;background:#fce8e6;padding:.6em 1em;margin:1em 0;font-size:15px}
+.verdict{border-left:5px solid #4575b4;background:#f4f6fb;padding:.4em 1em;margin:1em 0}
+.verdict-list li{margin:.3em 0}.legend .token{margin-right:.6em}"""
 
 
 def _verdict_class(verdict: str) -> str:
@@ -332,9 +355,12 @@ def _verdict_class(verdict: str) -> str:
     return verdict if verdict in ("holds", "fails", "inconclusive") else "missing"
 
 
-def _control_class(verdict: str) -> str:
-    """A control that fails does what it must (green); one that holds or is inconclusive does not."""
-    return {"fails": "good", "holds": "bad", "inconclusive": "inconclusive"}.get(verdict, "missing")
+def _control_class(item: Assessment) -> str:
+    """Coloured by whether the control behaved: one that fails does what it must (green), one that holds is the bad
+    case (red); inconclusive in between."""
+    if item.measurement is None or item.control_behaved is None:
+        return "inconclusive" if item.control_verdict == "inconclusive" else "missing"
+    return "good" if item.control_behaved else "bad"
 
 
 def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[list[str]] | None = None,
@@ -375,6 +401,17 @@ class Block:
     table: Table | None = None
 
 
+class FirstLines(Protocol):
+    """The report's first lines (toksel.report.header.Header, which this module does not import: the stages that
+    render their summaries with it would rerun on every edit of the header)."""
+
+    warning: str
+    verdict: Any  # header.Verdict: lead, items
+    run: str
+    columns: list[str]
+    datasets: list[list[str]]
+
+
 @dataclass(frozen=True)
 class Shown:
     caption: str
@@ -386,8 +423,9 @@ def _claims_table(section: list[Row], calibration: Calibration, markup: str) -> 
     if markup == "md":  # a failing verdict in bold; HTML colours it instead
         values = [[f"**{value}**" if i == VERDICT_COLUMN and value == "fails" else value
                    for i, value in enumerate(row)] for row in values]
-    kinds = [[_verdict_class(value) if i == VERDICT_COLUMN else _control_class(value) if i == CONTROL_COLUMN
-              else "" for i, value in enumerate(row)] for row in values]
+    kinds = [[_verdict_class(value) if i == VERDICT_COLUMN else _control_class(row.assessment)
+              if i == CONTROL_COLUMN else "" for i, value in enumerate(shown)]
+             for row, shown in zip(section, values, strict=True)]
     return Table(HEADER, values, kinds, raw=(HEADER.index("calibration"),))
 
 
@@ -417,9 +455,11 @@ def blocks(sections: dict[str, list[Row]], found: list, calibration: Calibration
 
 def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
            figures: Iterable[tuple[str, Path]], out: Path, readings: str = "", calibration: Calibration = (),
-           notes: Iterable[str] = (), sweep: list[list[str]] = ()) -> str:
+           notes: Iterable[str] = (), sweep: list[list[str]] = (), header: FirstLines | None = None,
+           method: str = "") -> str:
     """The report in `markup`: "md" (figures linked relative to `out`, the report's folder) or "html" (one file,
-    every figure embedded, readable offline), from the one template (document.jinja)."""
+    every figure embedded, readable offline), from the one template (document.jinja). header: its first lines
+    (toksel.report.header), method: how a claim is judged (method_note)."""
     import jinja2
 
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=False,
@@ -431,7 +471,8 @@ def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
                    "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii"))
              for caption, path in figures]
     page = environment.get_template(TEMPLATE.name).render(
-        html=markup == "html", title=title, style=STYLE, headline=headline(tally(sections)), method=METHOD_NOTE,
+        html=markup == "html", title=title, style=STYLE, headline=headline(tally(sections)), method=method,
+        header=header, run_table=header and Table(header.columns, header.datasets),
         notes=[note for note in notes if note], blocks=blocks(sections, found, calibration, sweep, markup),
         readings=readings, measures=Table(MEASURES_HEADER, measures_rows()), figures=shown)
     return page.rstrip("\n") + "\n"

@@ -254,56 +254,6 @@ def power_law_figure(d: np.ndarray, y: np.ndarray, fitted: np.ndarray, slope: fl
     return figure
 
 
-VERDICT_COLOURS = {"holds": "#1a9850", "fails": "#d73027", "inconclusive": "#fdae61", "exploratory": "#4575b4",
-                   "not computed": "#999999"}
-
-
-def _margin(value: float, item: object) -> float:
-    """How far a value lies on the claim's side of its threshold, in units of the threshold (>0: the claim's); for
-    a size claim, how far inside its band, in units of the band's half width."""
-    if item.band is not None:
-        low, high = item.band
-        half = (high - low) / 2
-        return (half - abs(value - (low + high) / 2)) / half
-    comparison, threshold = item.claim.comparison, item.threshold
-    scale = abs(threshold) or 1.0
-    return (value - threshold) / scale if comparison == ">=" else (threshold - value) / scale
-
-
-def verdicts_figure(rows: list[tuple[str, object]]) -> plt.Figure:
-    """A forest plot: per claim (label, Assessment), its interval and its control's as margins past the threshold
-    (the claim's side to the right, in units of the threshold; symmetric log axis), coloured by verdict."""
-    figure, axis = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.6))
-    for position, (_, item) in enumerate(rows):
-        y = len(rows) - 1 - position
-        for interval, verdict, offset, filled in ((item.interval, item.verdict, 0.12, True),
-                                                   (item.control_interval, item.control_verdict, -0.12, False)):
-            if interval is None or interval.n == 0:
-                continue
-            colour = VERDICT_COLOURS.get(verdict, "#999999") if filled else "#777777"
-            centre = _margin(interval.mean, item)
-            if interval.exists:
-                ends = sorted(_margin(end, item) for end in (interval.low, interval.high))
-                if item.band is not None and interval.low <= sum(item.band) / 2 <= interval.high:
-                    ends[1] = 1.0  # the interval holds the band's centre, the farthest point inside it
-                axis.plot(ends, [y + offset] * 2, color=colour, lw=2.2 if filled else 1.2)
-            axis.plot(centre, y + offset, "o", color=colour, ms=5, mfc=colour if filled else "white")
-    axis.axvline(0, color="black", lw=1)
-    axis.set_xscale("symlog", linthresh=0.01)
-    axis.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=7)
-    axis.set_ylim(-0.7, len(rows) - 0.3)
-    axis.set_xlabel("past the threshold, in units of it (right: the claim's side)")
-    handles = [matplotlib.lines.Line2D([], [], color=colour, marker="o", lw=2, label=f"ours: {verdict}")
-               for verdict, colour in VERDICT_COLOURS.items() if verdict != "not computed"]
-    handles.append(matplotlib.lines.Line2D([], [], color="#777777", marker="o", mfc="white", lw=1.2,
-                                           label="negative control"))
-    axis.legend(handles=handles, fontsize=7, loc="lower right")
-    axis.grid(alpha=0.3, axis="x")
-    axis.set_title("Every claim: the 95 % interval of its mean over the seeds against its threshold", fontsize=10)
-    figure.tight_layout()
-    return figure
-
-
 def calibration_figure(rows: list[dict]) -> plt.Figure:
     """Each calibrated family and dataset: how often its verdict rule holds on the effect at the paper's size, at
     half of it and on the null, with 95 % intervals; the lines mark the bars a calibrated family clears (power

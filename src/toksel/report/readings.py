@@ -4,11 +4,17 @@ For each training dataset, a few reviews of its test split (short ones, so a pag
 first and the last class, one the trained model gets right and one it gets wrong. Each is shown as the models
 of the three embedding arms (first seed) read it: every token shaded by its attention weight, and the
 prediction. The paper's claim made visible: with trained embeddings, <cls> attends to the important words.
+
+The shade is one scale for every review and arm: the weight w against the uniform weight 1/T of a review of T
+tokens, w T. A token at or below uniform (w T <= 1) is not shaded; above it the shade deepens with log(w T), the
+darkest from SHADE_CAP times uniform on. A near-uniform reading thus stays pale however its largest weight
+compares with the rest, and a peaked one is dark on the few tokens it selects.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +31,9 @@ from toksel.runtime.paths import results_dir, seed_dir
 MODEL = "model.npz"  # what a training stage keeps of each fitted model (training/record.py)
 MAX_TOKENS = 40  # a review shown whole on a line or two
 TOP_WORDS = 3  # the Markdown version names the words with the largest weights
+SHADE_CAP = 10.0  # w T from which a token is shaded darkest: ten times the uniform weight
+LEGEND = (1.0, 2.0, 5.0, SHADE_CAP)  # the w T values the legend shows
+SHADE_RGB = "33, 102, 172"
 
 
 @dataclass(frozen=True)
@@ -90,41 +99,73 @@ def _prediction(reading: Reading, num_classes: int) -> str:
     return f"{class_name(k, num_classes)} ({reading.probabilities[k]:.2f})"
 
 
+def over_uniform(weight: float, length: int) -> float:
+    """w T: the weight against the uniform weight 1/T of a reading of `length` tokens (1: uniform)."""
+    return weight * length
+
+
+def shade(weight: float, length: int) -> float:
+    """The token's shade, 0 (none) to 1 (darkest), on one scale for every review and arm: 0 at or below the uniform
+    weight, then log(w T) / log(SHADE_CAP), the darkest from SHADE_CAP times uniform on."""
+    ratio = over_uniform(weight, length)
+    return 0.0 if ratio <= 1.0 else min(1.0, math.log(ratio) / math.log(SHADE_CAP))
+
+
+def _token(word: str, weight: float, length: int) -> str:
+    """A token shaded by shade(); white text on the darkest shades, to stay readable."""
+    alpha = shade(weight, length)
+    colour = "; color: #fff" if alpha > 0.6 else ""
+    return (f"<span class='token' title='weight {weight:.3f}, {over_uniform(weight, length):.1f} x uniform' "
+            f"style='background: rgba({SHADE_RGB}, {alpha:.2f}){colour}'>{html.escape(word)}</span>")
+
+
+def legend_html() -> str:
+    """The shading scale: a swatch for each value of LEGEND, and what the scale is."""
+    swatches = " ".join(_token(f"{ratio:g} x uniform" + (" or more" if ratio == SHADE_CAP else ""), ratio, 1)
+                        for ratio in LEGEND)
+    return (f"<p class='legend'>Shading: {swatches}</p><p>Each token is shaded by its weight w against the uniform "
+            f"weight 1/T of its review of T tokens: none at or below uniform (w T &le; 1), deeper with log(w T) "
+            f"above it, the darkest from {SHADE_CAP:g} x uniform. One scale for every review and arm: a pale "
+            "reading spreads its attention, a dark token is one it selects. Hover a token for its weight.</p>")
+
+
 def readings_markdown(reviews: list[ShownReview]) -> list[str]:
     """Per review and arm: the prediction and the words with the largest weights (report.html shades them all)."""
     if not reviews:
         return []
     lines = ["## What the models select in real reviews", "",
              "Short test reviews, read by each embedding arm's model (first seed): the prediction and the "
-             f"{TOP_WORDS} words with the largest attention weight. report.html shades every token by its weight.", ""]
+             f"{TOP_WORDS} words with the largest attention weight, each with its weight and w T, the weight against "
+             f"the uniform weight 1/T of a review of T tokens (1: uniform). report.html shades every token on that "
+             f"scale, the same for every review and arm (none at or below uniform, the darkest from {SHADE_CAP:g} x "
+             "uniform).", ""]
     for review in reviews:
         lines += [f"**{escape(_caption(review))}**: {escape(' '.join(review.words))}", ""]
         rows = []
         for arm, reading in review.readings.items():
             top = np.argsort(-reading.weights, kind="stable")[:TOP_WORDS]
             rows.append(f"| {arm} | {escape(_prediction(reading, review.num_classes))} | "
-                        + ", ".join(f"{escape(review.words[i])} ({reading.weights[i]:.2f})" for i in top) + " |")
+                        + ", ".join(f"{escape(review.words[i])} ({reading.weights[i]:.2f}, "
+                                    f"{over_uniform(reading.weights[i], len(review.words)):.1f} x)" for i in top)
+                        + " |")
         lines += ["| embeddings | prediction | largest weights |", "|---|---|---|", *rows, ""]
     return lines
 
 
 def readings_html(reviews: list[ShownReview]) -> str:
-    """The same reviews with each token shaded by its weight (the largest weight of a reading darkest)."""
+    """The same reviews with each token shaded by its weight against uniform (shade), with the scale's legend."""
     if not reviews:
         return ""
-    parts = ["<h2>What the models select in real reviews</h2><p>Short test reviews, read by each embedding arm's "
-             "model (first seed): each token shaded by its attention weight, the largest darkest; hover a token "
-             "for its weight.</p>"]
+    parts = ["<h2 id='readings'>What the models select in real reviews</h2><p>Short test reviews, read by each "
+             "embedding arm's model (first seed), each token shaded by its attention weight.</p>", legend_html()]
     for review in reviews:
         parts.append(f"<h3>{html.escape(_caption(review))}</h3><table class='readings'>")
+        length = len(review.words)
         for arm, reading in review.readings.items():
-            largest = reading.weights.max()
-            shaded = " ".join(
-                f"<span class='token' title='{weight:.3f}' style='background: rgba(33, 102, 172, "
-                f"{weight / largest:.2f}){'; color: #fff' if weight > 0.6 * largest else ''}'>"
-                f"{html.escape(word)}</span>"  # white on the darkest shades, to stay readable
-                for word, weight in zip(review.words, reading.weights, strict=True))
-            prediction = html.escape(_prediction(reading, review.num_classes))
+            shaded = " ".join(_token(word, weight, length)
+                              for word, weight in zip(review.words, reading.weights, strict=True))
+            peak = over_uniform(reading.weights.max(), length)
+            prediction = html.escape(f"{_prediction(reading, review.num_classes)}; largest weight {peak:.1f} x uniform")
             parts.append(f"<tr><th>{html.escape(arm)}</th><td>{prediction}</td><td class='reading'>{shaded}</td></tr>")
         parts.append("</table>")
     return "".join(parts)
