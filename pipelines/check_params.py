@@ -9,6 +9,8 @@ It also writes, for each stage of dvc.yaml, the values that stage reads (pipelin
 after its dataset's overrides and its command line: results/check_params/settings/<stage name>.json, the stage's
 DVC dependency on the parameters. A stage reruns when such a value changes, and only then: with
 `dvc exp run -S one_step.eta0=50`, a dataset whose own entry sets eta0 keeps its file, and its stages stay.
+The prepare settings of a file dataset (data.source file) also hold the SHA-256 of its files, and dvc.yaml makes
+this stage depend on data/own/, where they lie: a changed file reruns this stage, then that dataset's stages alone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from pipelines.sections import STAGE_SECTIONS
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
-from toksel.runtime.io import write_json, write_text
+from toksel.runtime.io import file_digests, write_json, write_text
 
 VERDICT = Path("results") / "check_params" / "valid.txt"
 SETTINGS = Path("results") / "check_params" / "settings"
@@ -34,9 +36,10 @@ def stage_commands(project: Path = Path(".")) -> dict[str, str]:
     if not (project / "dvc.yaml").exists():
         return {}
     from dvc.repo import Repo  # a second of importing, only here
+    from dvc.stage import PipelineStage
 
-    with Repo(str(project)) as repo:
-        return {stage.name: stage.cmd for stage in repo.index.stages}
+    with Repo(str(project)) as repo:  # dvc.yaml's stages, not the .dvc files of `dvc add` (data/own/reviews.csv.dvc)
+        return {stage.name: stage.cmd for stage in repo.index.stages if isinstance(stage, PipelineStage)}
 
 
 def write_settings(commands: dict[str, str]) -> int:
@@ -49,7 +52,11 @@ def write_settings(commands: dict[str, str]) -> int:
         args = tuple(shlex.split(match[2]))
         if args not in configs:  # the stages of a dataset share theirs: loaded once (0.13 s each)
             configs[args] = load_config(list(args))
-        write_json(SETTINGS / f"{name}.json", configs[args].sections(STAGE_SECTIONS[match[1]]))
+        settings = configs[args].sections(STAGE_SECTIONS[match[1]])
+        files = configs[args].data.files
+        if match[1] == "prepare" and files:  # prepare reads a file dataset's files; later stages follow its outputs
+            settings["data_files"] = file_digests(files)
+        write_json(SETTINGS / f"{name}.json", settings)
         written += 1
     return written
 

@@ -122,7 +122,7 @@ def tiny_dvc_project(folder: Path) -> Path:
 
     for name in ("dvc.yaml", ".dvcignore"):
         shutil.copy(ROOT / name, folder / name)
-    for part in ("src", "pipelines"):
+    for part in ("src", "pipelines", "data/own"):  # data/own: the file datasets' folder, which check_params follows
         shutil.copytree(ROOT / part, folder / part, ignore=shutil.ignore_patterns("__pycache__"))
     tiny_training = ["train.max_epochs=2", "train.batch_size=16", "train.datasets=[synthetic]", "train.lr_grid=[0.001]",
                      "train.heldout_min_count=1", "sequence.cpu.d=16", "ablation.datasets=[synthetic]",

@@ -110,6 +110,8 @@ def test_a_dataset_entry_overrides_the_shared_sections_and_the_command_line_over
         ({"data": {}, "model": {}}, "datasets.extra lacks the sections one_step, gradient_flow"),
         ({"data": {"source": "hub"}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
          "datasets.extra.data.hub_id is empty"),
+        ({"data": {"source": "file"}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
+         "datasets.extra.data.path is empty"),
     ],
 )
 def test_every_dataset_entry_is_validated_even_when_another_runs(tmp_path, entry, message):

@@ -14,7 +14,7 @@ from tests.helpers import ROOT
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 RETRAIN = ROOT / ".github" / "workflows" / "retrain.yml"
-RETRAIN_PATHS = ["params.yaml", "dvc.yaml", "src/**", "pipelines/**"]
+RETRAIN_PATHS = ["params.yaml", "dvc.yaml", "src/**", "pipelines/**", "data/own/**"]
 
 
 def _actionlint() -> str:

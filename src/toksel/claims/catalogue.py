@@ -351,7 +351,7 @@ def verdict_counts(assessed: Sequence[Assessment], prefix: str = "") -> dict[str
 def in_scope(claim: Claim, dataset: str, data: Any, config: Any) -> bool:
     """Whether `claim` is measured on `dataset`, whose data section is `data`; config: the stage's (it names the
     datasets of the training runs, the ablations and the phase diagram). Measured is not judged: see Regime."""
-    real = data.source == "hub" and dataset in config.train.datasets
+    real = data.source != "synthetic" and dataset in config.train.datasets  # text: from the Hub or a file
     return {
         "every": True,
         "assumption1": data.source == "synthetic" and data.synthetic.mode == "assumption1",

@@ -18,7 +18,7 @@ from toksel.data.frequency import (
     token_statistics,
     token_types,
 )
-from toksel.data.sources import balanced_subsample, load_text_split
+from toksel.data.sources import balanced_subsample, load_text_splits
 from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
@@ -57,10 +57,9 @@ def prepare_synthetic(settings: SyntheticConfig, seed: int | tuple[int, ...]) ->
 def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
     """Load, subsample (label-balanced, seeded), tokenize, build the vocabulary on train, encode, truncate."""
     rng = np.random.default_rng(seed)
-    raw = {}
-    for split, size in (("train", data.max_train), ("test", data.max_test)):
-        loaded = load_text_split(dataset, data, split)
-        raw[split] = loaded.subset(balanced_subsample(loaded.labels, size, rng))
+    loaded = load_text_splits(dataset, data)
+    raw = {split: loaded[split].subset(balanced_subsample(loaded[split].labels, size, rng))
+           for split, size in (("train", data.max_train), ("test", data.max_test))}  # train's draw first
     tokenize = train_tokenizer(data.tokenizer, raw["train"].texts, data.subword_vocab_size)
     tokens = {split: tokenize(text_split.texts) for split, text_split in raw.items()}
     vocab = build_vocabulary(tokens["train"], data.min_count, data.max_vocab)

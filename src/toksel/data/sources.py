@@ -1,16 +1,20 @@
-"""Labelled text splits from the Hugging Face Hub, or from an offline mirror of it.
+"""Labelled text splits: from the Hugging Face Hub or an offline mirror of it, or from the project's own files.
 
-Where $TOKSEL_DATA_MIRROR names a folder laid out as <name>/<split>.parquet, with <name> the last part of
+Hub: where $TOKSEL_DATA_MIRROR names a folder laid out as <name>/<split>.parquet, with <name> the last part of
 the Hub id (imdb for stanfordnlp/imdb), that file is read; otherwise `datasets.load_dataset(hub_id, split=...)`.
+File: data.path, a CSV, JSON Lines or Parquet file (the format from its extension), is the training split and
+data.test_path the test split; without a test_path, a share data.test_fraction of data.path's rows is held out as
+the test split, the same rows on every run (a fixed seed), as a Hub dataset's test split is.
 data.labels, when set, keeps only the rows with those source labels and renumbers them 0 .. K-1 in the order
-given (Yelp's stars 1, 2, 4, 5 as four classes). Either way the split is checked before use: the columns exist,
-it is not empty, and its labels are integers in 0 .. num_classes - 1 (prepare checks that every class is left
-after cleaning).
+given (Yelp's stars 1, 2, 4, 5 as four classes). Whatever the source, each table is checked before use: the
+columns exist, it is not empty, and its labels are integers in 0 .. num_classes - 1 (prepare checks that every
+class is left after cleaning).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +22,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from toksel.runtime.config import DataConfig
+from toksel.runtime.config import FILE_FORMATS, DataConfig
 from toksel.runtime.errors import ToksError
 
 MIRROR_ENV = "TOKSEL_DATA_MIRROR"
+SPLITS = ("train", "test")
+HOLD_OUT_SEED = 0  # which rows of a single file are the test split: fixed, whatever base.seeds and data_seed
 
 
 @dataclass(frozen=True)
@@ -33,25 +39,82 @@ class TextSplit:
         return TextSplit([self.texts[i] for i in rows], self.labels[rows])
 
 
+def load_text_splits(dataset: str, data: DataConfig) -> dict[str, TextSplit]:
+    """The train and test splits of a text dataset (source hub or file), checked."""
+    if data.source == "file":
+        return _file_splits(dataset, data)
+    return {split: load_text_split(dataset, data, split) for split in SPLITS}
+
+
 def load_text_split(dataset: str, data: DataConfig, split: str) -> TextSplit:
+    """One split of a Hub dataset, read from the mirror when $TOKSEL_DATA_MIRROR is set."""
     mirror = os.environ.get(MIRROR_ENV)
     frame = _read_mirror(Path(mirror), data.hub_id, split) if mirror else _read_hub(data.hub_id, split)
-    name = f"{dataset}/{split}"
-    if data.labels is not None:
-        frame = _relabelled(frame, name, data)
-    return _checked(frame, name, data)
+    return _checked_split(frame, f"{dataset}/{split}", data)
+
+
+def _file_splits(dataset: str, data: DataConfig) -> dict[str, TextSplit]:
+    if data.test_path:
+        return {split: _checked_split(_read_data_file(path), f"{dataset}/{split} ({path})", data)
+                for split, path in zip(SPLITS, (data.path, data.test_path), strict=True)}
+    name = f"{dataset} ({data.path})"
+    rows = _checked_split(_read_data_file(data.path), name, data)
+    n = len(rows.labels)
+    n_test = round(n * data.test_fraction)
+    if not 0 < n_test < n:
+        raise ToksError(f"{name}: {n} rows are too few to hold out data.test_fraction = {data.test_fraction:g} of "
+                        "them for test and train on the rest: add rows, or give the test split its own file "
+                        "(data.test_path)")
+    test = np.zeros(n, dtype=bool)
+    test[np.random.default_rng(HOLD_OUT_SEED).permutation(n)[:n_test]] = True
+    return {"train": rows.subset(np.flatnonzero(~test)), "test": rows.subset(np.flatnonzero(test))}
+
+
+def _read_data_file(path: str) -> pd.DataFrame:
+    return _read_table(Path(path), "data file", "put it there (`dvc pull` it if DVC tracks it), or correct data.path "
+                                                "/ data.test_path (relative to the project folder)")
+
+
+def _read_json(path: Path) -> pd.DataFrame:
+    """JSON Lines, or one array of objects; the values as written (no text read as a number or a date)."""
+    with open(path, "rb") as handle:
+        array = handle.read(4096).lstrip().startswith(b"[")
+    return pd.read_json(path, lines=not array, dtype=False)
+
+
+READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
+    "csv": lambda path: pd.read_csv(path, keep_default_na=False),  # a review "NA" stays text; an empty cell is ""
+    "json": _read_json,
+    "parquet": pd.read_parquet,
+}
+
+
+def _read_table(path: Path, what: str, missing: str) -> pd.DataFrame:
+    """The table in `path`, in the format its extension gives (FILE_FORMATS); one line when it is missing (what
+    `missing` says to do then), empty or unreadable. `what` names the file in the messages."""
+    if not path.is_file():
+        raise ToksError(f"{what} {path} is missing: {missing}")
+    kind = FILE_FORMATS[path.suffix.lower()]
+    if path.stat().st_size == 0:  # pandas reads an empty JSON Lines file as a table without columns
+        raise ToksError(f"{what} {path} is not a readable {kind} file (it is empty)")
+    try:
+        return READERS[kind](path)
+    except (OSError, ValueError, pa.ArrowException) as error:  # truncated, not that format, bad UTF-8
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ToksError(f"{what} {path} is not a readable {kind} file ({reason})") from None
 
 
 def _read_mirror(mirror: Path, hub_id: str, split: str) -> pd.DataFrame:
-    path = mirror / hub_id.rsplit("/", 1)[-1] / f"{split}.parquet"
-    if not path.is_file():
-        raise ToksError(f"mirror file {path} is missing: {MIRROR_ENV}={mirror} must hold <name>/<split>.parquet, "
-                        f"<name> the last part of the Hub id {hub_id!r}")
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError, pa.ArrowException) as error:  # truncated, empty, not parquet, bad UTF-8
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ToksError(f"mirror file {path} is not a readable parquet file ({reason})") from None
+    return _read_table(mirror / hub_id.rsplit("/", 1)[-1] / f"{split}.parquet", "mirror file",
+                       f"{MIRROR_ENV}={mirror} must hold <name>/<split>.parquet, <name> the last part of the Hub id "
+                       f"{hub_id!r}")
+
+
+def _checked_split(frame: pd.DataFrame, name: str, data: DataConfig) -> TextSplit:
+    """A table's rows as a split: relabelled by data.labels when set, then checked."""
+    if data.labels is not None:
+        frame = _relabelled(frame, name, data)
+    return _checked(frame, name, data)
 
 
 def _relabelled(frame: pd.DataFrame, name: str, data: DataConfig) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from pathlib import Path
 from toksel.runtime.config import Config, describe, load_config, params_hash, read_config
 from toksel.runtime.distributed import WorkerFinished, is_worker
 from toksel.runtime.errors import Terminated, ToksError
-from toksel.runtime.io import outputs_together, remove_leftovers, write_json
+from toksel.runtime.io import file_digests, outputs_together, remove_leftovers, write_json
 from toksel.runtime.known_warnings import silence_known_warnings
 from toksel.runtime.records import (
     Recorded,
@@ -137,11 +137,14 @@ class RunNaming:
         params = {**flatten(resolved), **({"seed": config.seed} if seeded else {})}
         record = RunRecord(self.name(config, seeded), tags, params, recorded)
         record.live = config.tracking.live
-        if dataset_input:  # the run's dataset, shown as its MLflow input: name, digest of its settings, source
+        if dataset_input:  # the run's dataset, shown as its MLflow input: name, source, and the digest of its
+            # settings and, for a file dataset, of its files (an edited file is another dataset)
             data = config.data
-            source = data.hub_id if data.source == "hub" else f"synthetic ({data.synthetic.mode})"
-            record.inputs.append({"name": config.dataset, "source": source,
-                                  "digest": params_hash({"data": config.sections(["data"])})})
+            files = file_digests(data.files)
+            source = {"hub": data.hub_id, "file": ", ".join(files),
+                      "synthetic": f"synthetic ({data.synthetic.mode})"}[data.source]
+            digest = params_hash({"data": config.sections(["data"]), **({"files": files} if files else {})})
+            record.inputs.append({"name": config.dataset, "source": source, "digest": digest})
         return record
 
 

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,11 +69,24 @@ class SyntheticConfig:
     delta: float = bounded(ge=0.0, le=1.0, help="independent mode: probability of an irrelevant token")
 
 
+# A file dataset's files lie in this folder of the project, which check_params depends on in dvc.yaml: a changed
+# file reruns check_params, whose settings of that dataset's prepare hold the file's SHA-256.
+OWN_DATA = Path("data", "own")
+FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # extension -> format
+
+
 @dataclass
 class DataConfig:
-    source: str = bounded(choices=("synthetic", "hub"),
-                          help="synthetic: our generator; hub: a Hugging Face dataset (or its mirror)")
+    source: str = bounded(choices=("synthetic", "hub", "file"),
+                          help="synthetic: our generator; hub: a Hugging Face dataset (or its mirror); file: a "
+                               "CSV, JSON Lines or Parquet file of the project's data/own/")
     hub_id: str = bounded(help="Hub id, e.g. stanfordnlp/imdb (source hub)")
+    path: str = bounded(help="source file: the file under data/own/, e.g. data/own/reviews.csv: the training "
+                             "split, or every row when test_path is empty")
+    test_path: str = bounded(help="source file: the test split's file under data/own/ (empty: test_fraction of "
+                                  "path's rows)")
+    test_fraction: float = bounded(gt=0.0, le=0.5, help="source file without test_path: the share of path's rows "
+                                                         "held out as the test split (the same rows on every run)")
     text_column: str = bounded(help="column holding the text")
     label_column: str = bounded(help="column holding the integer label")
     num_classes: int = bounded(ge=2, help="labels must lie in 0 .. num_classes - 1")
@@ -87,6 +101,11 @@ class DataConfig:
     max_test: int = limit(help="label-balanced, seeded subsample of the test split (0: all)")
     max_len: Optional[int] = bounded(ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    @property
+    def files(self) -> list[Path]:
+        """The files a file dataset reads: path, then test_path when set ([] for the other sources)."""
+        return [Path(name) for name in (self.path, self.test_path) if name] if self.source == "file" else []
 
 
 @dataclass
@@ -411,6 +430,27 @@ def _check_consistency(config: Config, prefix: str) -> None:
                         f"{train.num_nodes} processes need train.strategy=ddp")
     if data.source == "hub" and not data.hub_id:
         raise ToksError(f"config error: {prefix}data.hub_id is empty: a hub dataset needs its Hub id")
+    if data.source == "file":
+        _check_data_files(data, prefix)
+
+
+def _check_data_files(data: DataConfig, prefix: str) -> None:
+    """A file dataset names its file, and each file lies under data/own/ with an extension that gives its format."""
+    if not data.path:
+        raise ToksError(f"config error: {prefix}data.path is empty: a file dataset needs its file (CSV, JSON Lines "
+                        f"or Parquet under {OWN_DATA}/)")
+    for key in ("path", "test_path"):
+        value = getattr(data, key)
+        if not value:
+            continue
+        parts = Path(os.path.normpath(value)).parts
+        if len(parts) < 3 or parts[:2] != OWN_DATA.parts:  # an absolute path, or one leading out of it
+            raise ToksError(f"config error: {prefix}data.{key} = {value!r} must lie in the project's {OWN_DATA}/ "
+                            f"folder, written relative to the project ({OWN_DATA}/reviews.csv): DVC follows that "
+                            "folder, so a changed file reruns its stages")
+        if Path(value).suffix.lower() not in FILE_FORMATS:
+            raise ToksError(f"config error: {prefix}data.{key} = {value!r}: the format comes from the extension, "
+                            f"one of {', '.join(FILE_FORMATS)}")
 
 
 NAME = re.compile(r"[A-Za-z0-9_-]+")  # what may name a folder and stand in a DVC command line

@@ -19,7 +19,7 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,11 @@ def file_sha256(path: Path | str) -> str:
     """The SHA-256 of `path` as this stage wrote it (its temporary file while it waits for outputs_together)."""
     path = Path(path)
     return _digest(_open[-1].renames.get(path, path) if _open else path)[1]
+
+
+def file_digests(paths: Iterable[Path]) -> dict[str, str | None]:
+    """Each path -> the SHA-256 of its file, None where there is none (the reader of the file says so)."""
+    return {str(path): file_sha256(path) if path.is_file() else None for path in paths}
 
 
 @contextmanager
