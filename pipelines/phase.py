@@ -22,6 +22,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from tqdm import tqdm
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.data.corpus import PackedSplit
@@ -32,6 +33,7 @@ from toksel.runtime.config import Config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.paths import phase_cell_key, phase_row_dir
 from toksel.runtime.processes import stopping_early
+from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord, flatten
 from toksel.theory.convergence import follow_gradient_flow
 from toksel.theory.one_step import one_step_from_initialisation
@@ -63,9 +65,15 @@ def phase_row(config: Config, run: RunRecord) -> None:
 
     # Each cell is a small problem that runs on one thread (models/threads.py): two at a time fill two cores.
     # The compiled passes release the GIL; the cells are independent, so the numbers do not depend on the order.
-    with stopping_early(ThreadPoolExecutor(max_workers=PARALLEL_CELLS)) as pool:
+    bar = tqdm(desc=f"phase d={d}: cells", unit="cell", disable=not show_progress(), mininterval=1.0)
+    with stopping_early(ThreadPoolExecutor(max_workers=PARALLEL_CELLS)) as pool, bar:
         def computed(wanted: list[tuple[float, int]]) -> dict[tuple[float, int], dict[str, float]]:
-            return dict(zip(wanted, pool.map(lambda key: cell(*key), wanted), strict=True))
+            bar.total = (bar.total or 0) + len(wanted)
+            found = {}
+            for key, values in zip(wanted, pool.map(lambda key: cell(*key), wanted), strict=True):
+                found[key] = values
+                bar.update()
+            return found
 
         first = computed([(eta0, seeds[0]) for eta0 in config.phase.eta0])
         window = measured_window(np.array(config.phase.eta0), np.array(
