@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,13 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     except ToksError as error:
         print(f"explain: {error}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(found.as_json(), indent=2))
-        return 0
-    if found.unknown:
+    if found.unknown and not args.json:
         how = "left out" if found.left_out else f"read as {UNKNOWN}"
         print(f"explain: not in the vocabulary, {how}: {' '.join(found.unknown)}", file=sys.stderr)
-    _print_table(found)
+    try:
+        if args.json:
+            print(json.dumps(found.as_json(), indent=2))
+        else:
+            _print_table(found)
+        sys.stdout.flush()
+    except BrokenPipeError:  # read by `head` or a pager that quit early: the rest is not wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
