@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from tqdm import tqdm
@@ -31,8 +30,8 @@ from toksel.data.token_table import read_token_table
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.errors import ToksError
+from toksel.runtime.fanout import map_units
 from toksel.runtime.paths import phase_cell_key, phase_row_dir
-from toksel.runtime.processes import stopping_early
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord, flatten
 from toksel.theory.convergence import follow_gradient_flow
@@ -40,7 +39,6 @@ from toksel.theory.one_step import one_step_from_initialisation
 from toksel.theory.phase import bracketing, measured_window
 
 SECTIONS = STAGE_SECTIONS["phase"]
-PARALLEL_CELLS = 2
 
 
 def phase_row(config: Config, run: RunRecord) -> None:
@@ -63,17 +61,13 @@ def phase_row(config: Config, run: RunRecord) -> None:
         return {"d": float(d), "eta0": eta0, "seed": float(seed),
                 **{f"one_step_{name}": value for name, value in step.metrics.items()}, **flow.metrics}
 
-    # Each cell is a small problem that runs on one thread (models/threads.py): two at a time fill two cores.
-    # The compiled passes release the GIL; the cells are independent, so the numbers do not depend on the order.
-    bar = tqdm(desc=f"phase d={d}: cells", unit="cell", disable=not show_progress(), mininterval=1.0)
-    with stopping_early(ThreadPoolExecutor(max_workers=PARALLEL_CELLS)) as pool, bar:
+    # Each cell is a small problem that runs on one thread (models/threads.py) and whose compiled passes release
+    # the GIL: threads fill the cores. The cells are independent, so the numbers do not depend on the order.
+    with tqdm(desc=f"phase d={d}: cells", unit="cell", disable=not show_progress(), mininterval=1.0) as bar:
         def computed(wanted: list[tuple[float, int]]) -> dict[tuple[float, int], dict[str, float]]:
             bar.total = (bar.total or 0) + len(wanted)
-            found = {}
-            for key, values in zip(wanted, pool.map(lambda key: cell(*key), wanted), strict=True):
-                found[key] = values
-                bar.update()
-            return found
+            return dict(zip(wanted, map_units(lambda key: cell(*key), wanted, config.compute, "threads", bar.update),
+                            strict=True))
 
         first = computed([(eta0, seeds[0]) for eta0 in config.phase.eta0])
         window = measured_window(np.array(config.phase.eta0), np.array(

@@ -11,9 +11,7 @@ least 0.8 and its false-positive rate at most 0.1.
 from __future__ import annotations
 
 import functools
-import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +23,9 @@ from toksel.calibration.theory import HALF, theory_replicate
 from toksel.claims.catalogue import BY_ID, Claim, config_value
 from toksel.claims.measurements import curve_settings
 from toksel.runtime.config import Config
-from toksel.runtime.processes import stopping_early
+from toksel.runtime.fanout import map_units
 
 MIN_POWER, MAX_FALSE_POSITIVES = 0.8, 0.1
-PARALLEL_REPLICATES = 2
 PAPER_GAP = 0.23  # the rebuttal's 0.95 - 0.72
 
 
@@ -113,20 +110,15 @@ def theory_answers(config: Config, seeds: int, progress: Callable[[], None] = la
     families = [family for family in FAMILIES if family.source == "theory"]
     answers: dict[str, Replicates] = {family.name: {condition: [] for condition in family.conditions}
                                       for family in families}
-    # Each replicate is a small problem, seeded by itself alone, mostly Python around small arrays: two processes
-    # at a time fill two cores (threads would wait on each other's interpreter) and give the same numbers in the
-    # same order. Workers start from a fresh server process, not a fork of this one: a fork of a process whose
-    # OpenMP threads have run (torch, in a test or a notebook) is terminated by the OpenMP runtime.
+    # Each replicate is a small problem, seeded by itself alone, mostly Python around small arrays: a process each
+    # (threads would wait on each other's interpreter), the same numbers in the same order wherever they run.
     work = functools.partial(_theory_seeds, config.calibration, config.gradient_flow, seeds)
-    context = multiprocessing.get_context("forkserver")
-    with stopping_early(ProcessPoolExecutor(max_workers=PARALLEL_REPLICATES, mp_context=context)) as pool:
-        for per_seed in pool.map(work, range(config.calibration.replicates)):
-            for family in families:
-                for condition in family.conditions:
-                    # A size check's null is the half-size answer.
-                    answer = "half" if family.checks_size and condition == "null" else condition
-                    answers[family.name][condition].append([seed[answer][family.statistic] for seed in per_seed])
-            progress()
+    for per_seed in map_units(work, range(config.calibration.replicates), config.compute, "processes", progress):
+        for family in families:
+            for condition in family.conditions:
+                # A size check's null is the half-size answer.
+                answer = "half" if family.checks_size and condition == "null" else condition
+                answers[family.name][condition].append([seed[answer][family.statistic] for seed in per_seed])
     return answers
 
 

@@ -258,6 +258,14 @@ class TrackingConfig:
 
 
 @dataclass
+class ComputeConfig:
+    address: str = bounded(help="a Dask scheduler (tcp://host:8786) the independent units (phase cells, calibration "
+                                "replicates) go to; empty: this machine ($TOKSEL_COMPUTE_ADDRESS wins). It changes "
+                                "no result, so no stage reruns for it")
+    workers: int = bounded(ge=0, help="units at a time on this machine; 0: one per core")
+
+
+@dataclass
 class CalibrationConfig:
     replicates: int = bounded(ge=2, help="verdicts per known answer: a rate's 95 % interval is then within "
                                              "+-0.15 wherever the rate lies")
@@ -319,6 +327,7 @@ class Config:
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     d_sweep: DSweepConfig = field(default_factory=DSweepConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any] = field(default=MISSING)  # noqa: UP006
 

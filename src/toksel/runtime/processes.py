@@ -1,13 +1,9 @@
-"""Processes: a pool that stops when its stage does, and a process named so that it can be recognised later:
-its PID with its start time, since a PID alone may name an unrelated process once ours has exited. The team
-server stops its processes by it; MLflow runs carry it, so that a run whose process was killed outright can be
-told from one still running."""
+"""A process named so that it can be recognised later: its PID with its start time, since a PID alone may name an
+unrelated process once ours has exited. The team server stops its processes by it; MLflow runs carry it, so that a
+run whose process was killed outright can be told from one still running."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import Executor
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psutil
@@ -43,16 +39,3 @@ class Process:
                     and process.status() != psutil.STATUS_ZOMBIE)
         except psutil.Error:
             return False
-
-
-@contextmanager
-def stopping_early(pool: Executor) -> Iterator[Executor]:
-    """`pool`, shut down at the end of the block; when the block ends early (SIGTERM, an error) the work still queued
-    is dropped, and only the tasks already running finish: a stopped stage stops, it does not compute the rest of
-    a map first."""
-    try:
-        yield pool
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()

@@ -1,0 +1,83 @@
+"""Independent units through Dask (runtime/fanout.py): embedded by default, a cluster one setting away, the same
+numbers either way."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from tests.helpers import TIMING_METRICS, TINY
+from toksel.runtime import fanout
+from toksel.runtime.config import ComputeConfig
+from toksel.runtime.errors import ToksError
+
+HERE = ComputeConfig(address="", workers=2)
+
+
+def draw(seed: int) -> float:
+    """A unit: a seeded sum through BLAS."""
+    values = np.random.default_rng(seed).normal(size=(64, 64))
+    return float((values @ values.T).sum())
+
+
+def test_units_come_back_in_their_order_and_alike_on_threads_and_processes():
+    progressed = []
+    threads = fanout.map_units(draw, range(6), HERE, "threads", lambda: progressed.append(1))
+    processes = fanout.map_units(draw, range(6), HERE, "processes")
+    assert threads == processes == [draw(seed) for seed in range(6)] and len(progressed) == 6
+    assert fanout.map_units(draw, [], HERE) == []
+    with pytest.raises(ValueError, match="kind 'gpu' is not one of threads, processes"):
+        fanout.map_units(draw, range(2), HERE, "gpu")
+
+
+def test_a_scheduler_that_does_not_answer_is_one_line(monkeypatch):
+    monkeypatch.setattr(fanout, "CONNECT_SECONDS", 1)
+    monkeypatch.setenv(fanout.ADDRESS_ENV, "tcp://127.0.0.1:9")  # the discard port: nothing listens
+    with pytest.raises(ToksError, match=r"compute.address tcp://127.0.0.1:9: no Dask scheduler answers there"):
+        fanout.map_units(draw, range(2), HERE)
+
+
+def _numbers(path) -> dict[str, float]:
+    def walk(node, prefix=""):
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(value, dict | list):
+                yield from walk(value, f"{prefix}{key}.")
+            elif key not in TIMING_METRICS:
+                yield f"{prefix}{key}", value
+    return dict(walk(json.loads(path.read_text())))
+
+
+def _same(first: dict, second: dict) -> bool:
+    """Equal bit for bit (NaN, a cell not computed, equals NaN)."""
+    return first.keys() == second.keys() and all(
+        a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+        for a, b in ((first[key], second[key]) for key in first))
+
+
+def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prepared, monkeypatch):
+    """The phase grid's cells (threads here) and the calibration's replicates (processes here), embedded and then
+    on a real Dask cluster on loopback, two worker processes with one thread each."""
+    from distributed import LocalCluster
+
+    from pipelines import calibrate, phase
+
+    grid = [*TINY, "model.d=256", "phase.eta0=[20,40,80]", "calibration.replicates=2", "train.datasets=[synthetic]",
+            "ablation.datasets=[synthetic]", "ablation.multiclass=synthetic", "d_sweep.datasets=[synthetic]"]
+    outputs = {"phase": prepared / "results" / "phase" / "d256" / "metrics.json",
+               "calibrate": prepared / "results" / "calibration" / "calibration.json"}
+
+    def run() -> dict[str, dict]:
+        assert phase.main(grid) == 0 and calibrate.main(grid) == 0
+        return {name: _numbers(path) for name, path in outputs.items()}
+
+    # This machine's BLAS on two threads, as outside the tests: the units still run on one, as the workers do.
+    with threadpool_limits(limits=2):
+        embedded = run()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        monkeypatch.setenv(fanout.ADDRESS_ENV, cluster.scheduler_address)
+        on_cluster = run()
+    assert embedded["phase"] and embedded["calibrate"]
+    assert all(_same(embedded[name], on_cluster[name]) for name in outputs)
