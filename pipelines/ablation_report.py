@@ -20,11 +20,11 @@ from toksel.claims.measurements import seed_metrics
 from toksel.claims.rebuttal import compare_with_tables
 from toksel.report import markdown
 from toksel.report.comparison import variants_comparison
-from toksel.report.document import Row, markdown_table, verdict_words
+from toksel.report.document import Row, markdown_table, publish_summary
 from toksel.report.plots import rebuttal_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
-from toksel.runtime.io import read_json, require_output, write_csv, write_json, write_text
+from toksel.runtime.io import read_json, require_output, write_csv, write_json
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.records import RunRecord
 
@@ -70,17 +70,13 @@ def ablation_report(config: Config, run: RunRecord) -> None:
     one_step = read_json(seed_dir(results_dir("one_step", settings.multiclass), seeds[0]) / "metrics.json",
                          "one_step")
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
-    write_text(OUT / "summary.md", _summary(config, variants, assessed, comparison, one_step))
-    run.log_artifact(OUT / "summary.md")
     mean = comparison.groupby(["table", "dataset"])["spearman"].mean()
     metrics = {f"spearman_{table}_{dataset}": value for (table, dataset), value in mean.items()}
     metrics |= {f"{item.claim.id}_{item.measurement.data}": item.interval.mean for item in assessed}
     metrics |= {"claims_held": float(sum(item.verdict == "holds" for item in assessed)),
                 "claims_total": float(len(assessed))}
-    run.record_metrics(OUT / "metrics.json", metrics)
-    verdicts = verdict_counts(assessed)
-    write_json(OUT / "verdicts.json", verdicts)  # its DVC metrics
-    run.outcome = f"the claims: {verdict_words(verdicts)}"
+    publish_summary(run, OUT, _summary(config, variants, assessed, comparison, one_step), metrics,
+                    verdict_counts(assessed))
 
 
 def _summary(config: Config, variants: dict, assessed: list, comparison: pd.DataFrame, one_step: dict) -> str:

@@ -16,11 +16,14 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from toksel.data.sources import MIRROR_ENV
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
 
@@ -47,16 +50,23 @@ def read_profile(name: str, params: Path = Path("params.yaml")) -> dict[str, Any
     profile = OmegaConf.to_container(OmegaConf.load(path))
     if not isinstance(profile, dict) or profile.get("profile") != name:
         raise ToksError(f"{path} must be a mapping of params.yaml's sections that sets profile: {name}")
-    with tempfile.TemporaryDirectory() as folder:
-        merged = Path(folder, "params.yaml")
-        OmegaConf.save(OmegaConf.merge(OmegaConf.load(params), profile), merged)
+    with _applied(profile, params) as merged:
         load_config(path=merged)  # one line naming the key when a value does not fit
     return profile
 
 
+@contextmanager
+def _applied(profile: dict[str, Any], params: Path) -> Iterator[Path]:
+    """params.yaml with the profile's values on top, in a temporary file, to be read as the stages would."""
+    with tempfile.TemporaryDirectory() as folder:
+        merged = Path(folder, "params.yaml")
+        OmegaConf.save(OmegaConf.merge(OmegaConf.load(params), profile), merged)
+        yield merged
+
+
 def real_data() -> str | None:
     """Where the real datasets come from, or None when nothing can serve them."""
-    mirror = os.environ.get("TOKSEL_DATA_MIRROR")
+    mirror = os.environ.get(MIRROR_ENV)
     if mirror and Path(mirror).is_dir():
         return f"the mirror {mirror}"
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
@@ -66,9 +76,7 @@ def real_data() -> str | None:
 
 def synthetic_targets(profile: dict[str, Any], params: Path = Path("params.yaml")) -> list[str]:
     """The stages that need no real data: each synthetic dataset's evaluate (and what it reads), the phase diagram."""
-    with tempfile.TemporaryDirectory() as folder:
-        merged = Path(folder, "params.yaml")
-        OmegaConf.save(OmegaConf.merge(OmegaConf.load(params), profile), merged)
+    with _applied(profile, params) as merged:
         names = load_config(path=merged).datasets
         synthetic = [name for name in names
                      if load_config([f"dataset={name}"], path=merged).data.source == "synthetic"]

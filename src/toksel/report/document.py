@@ -506,7 +506,7 @@ def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
 def publish_summary(run: RunRecord, out: Path, summary: str, metrics: Mapping[str, Any],
                     verdicts: Mapping[str, float] | None = None) -> None:
     """A stage's summary.md (also an artifact of its MLflow run), its metrics.json and, for a stage that judges
-    claims, its verdict counts (verdicts.json: its DVC metrics), which the stage's line on the console gives."""
+    claims, its verdict counts (verdicts.json), which the stage's line on the console gives."""
     write_text(out / "summary.md", summary)
     run.log_artifact(out / "summary.md")
     run.record_metrics(out / "metrics.json", metrics)
@@ -515,7 +515,7 @@ def publish_summary(run: RunRecord, out: Path, summary: str, metrics: Mapping[st
         run.outcome = f"the claims: {verdict_words(verdicts)}"
 
 
-def verdict_words(verdicts: Mapping[str, float], prefix: str = "") -> str:
+def verdict_words(verdicts: Mapping[str, float]) -> str:
     """12 hold, 1 fails, 3 inconclusive."""
-    held, failed, unclear = (int(verdicts[f"{prefix}{name}"]) for name in ("held", "failed", "inconclusive"))
+    held, failed, unclear = (int(verdicts[name]) for name in ("held", "failed", "inconclusive"))
     return f"{held} hold{'s' if held == 1 else ''}, {failed} fail{'s' if failed == 1 else ''}, {unclear} inconclusive"
