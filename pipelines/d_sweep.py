@@ -5,12 +5,14 @@ screen over train.lr_grid, extended past an edge): E frozen at random grows more
 number of tokens V, the trained arm does not need it to. The train stage's runs at model.d join the sweep.
 
 dvc.yaml runs it for each dataset of d_sweep.datasets (d_sweep@<dataset>). Writes results/d_sweep/<dataset>/:
-sweep.csv (one row per d, arm and seed), accuracy.png (test accuracy against d / V) and metrics.json.
+sweep.csv (one row per d, arm and seed), accuracy.png (test accuracy against d / V) and metrics.json. Each d and
+seed is a unit of work (a process each here, or a cluster's worker: runtime/fanout.py).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,7 @@ from toksel.data.draws import data_dir
 from toksel.report.plots import d_sweep_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
+from toksel.runtime.fanout import map_units
 from toksel.runtime.io import read_json, write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
@@ -47,25 +50,43 @@ def train_stage_rows(dataset: str, config: Config, vocabulary: dict[int, int]) -
     return rows
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """One d and seed of the sweep: a unit of work (runtime/fanout.py), its runs nested in a copy of the stage's."""
+    config: Config
+    d: int
+    seed: int
+    run: RunRecord
+
+
+def sweep_point(point: SweepPoint) -> tuple[list[dict], RunRecord]:
+    """The swept arms at one d and seed: their rows, and the copy of the stage's run that holds their runs."""
+    config, d, seed, run = point.config, point.d, point.seed, point.run
+    settings, folder = config.train, data_dir(config.dataset, point.seed)
+    arms = Arms(config, folder, seed, d)
+    fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed, "d": d}, folder / "train.npz")
+    rows = []
+    for arm in SWEPT:
+        with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)},
+                       {"arm": arm, "model.d": d}) as child:
+            fitted = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
+                                        checkpoint_dir("d_sweep", f"{config.dataset}/d{d}/{arm}") / f"seed{seed}",
+                                        fingerprint, child, seed, show_progress(), arms.tokens,
+                                        curve_settings(settings), control=False)
+            child.log_metrics({name: fitted.metrics.get(name) for name in KEPT})
+        rows.append({"d": d, "arm": arm, "seed": seed, "vocabulary": int(arms.tokens.occurring().sum()),
+                     "source": "sweep", **{name: fitted.metrics.get(name) for name in KEPT}})
+    return rows, run
+
+
 def d_sweep(config: Config, run: RunRecord) -> None:
-    dataset, settings = config.dataset, config.train
-    rows, vocabulary = [], {}
-    for seed in config.training_seeds:
-        folder = data_dir(dataset, seed)
-        for d in config.d_sweep.d:
-            arms = Arms(config, folder, seed, d)
-            vocabulary[seed] = int(arms.tokens.occurring().sum())
-            fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed, "d": d}, folder / "train.npz")
-            for arm in SWEPT:
-                with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)},
-                               {"arm": arm, "model.d": d}) as child:
-                    fitted = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
-                                                checkpoint_dir("d_sweep", f"{dataset}/d{d}/{arm}") / f"seed{seed}",
-                                                fingerprint, child, seed, show_progress(), arms.tokens,
-                                                curve_settings(settings), control=False)
-                    child.log_metrics({name: fitted.metrics.get(name) for name in KEPT})
-                rows.append({"d": d, "arm": arm, "seed": seed, "vocabulary": vocabulary[seed], "source": "sweep",
-                             **{name: fitted.metrics.get(name) for name in KEPT}})
+    dataset = config.dataset
+    points = [SweepPoint(config, d, seed, run.detached()) for seed in config.training_seeds for d in config.d_sweep.d]
+    rows = []
+    for point_rows, point_run in map_units(sweep_point, points, config.compute, "processes"):  # a fit each
+        rows.extend(point_rows)
+        run.adopt(point_run)
+    vocabulary = {row["seed"]: row["vocabulary"] for row in rows}
     sweep = pd.DataFrame([*rows, *train_stage_rows(dataset, config, vocabulary)])
     sweep["d_over_vocabulary"] = sweep["d"] / sweep["vocabulary"]
     out = results_dir("d_sweep", dataset)

@@ -3,12 +3,15 @@ numbers either way."""
 
 import json
 import math
+import signal
+import time
 
 import numpy as np
+import psutil
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tests.helpers import TIMING_METRICS, TINY
+from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, start_stage
 from toksel.runtime import fanout
 from toksel.runtime.config import ComputeConfig
 from toksel.runtime.errors import ToksError
@@ -57,19 +60,25 @@ def _same(first: dict, second: dict) -> bool:
 
 
 def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prepared, monkeypatch):
-    """The phase grid's cells (threads here) and the calibration's replicates (processes here), embedded and then
-    on a real Dask cluster on loopback, two worker processes with one thread each."""
+    """The phase grid's cells (threads here), the calibration's replicates and the seeds of two seeded stages
+    (processes here), embedded and then on a real Dask cluster on loopback, two worker processes with one thread
+    each."""
     from distributed import LocalCluster
 
-    from pipelines import calibrate, phase
+    from pipelines import calibrate, one_step, phase, prepare, train
 
     grid = [*TINY, "model.d=256", "phase.eta0=[20,40,80]", "calibration.replicates=2", "train.datasets=[synthetic]",
             "ablation.datasets=[synthetic]", "ablation.multiclass=synthetic", "d_sweep.datasets=[synthetic]"]
-    outputs = {"phase": prepared / "results" / "phase" / "d256" / "metrics.json",
-               "calibrate": prepared / "results" / "calibration" / "calibration.json"}
+    seeded = [*TINY, *TINY_TRAIN, "base.seeds=[0,1]"]
+    assert prepare.main(seeded) == 0
+    results = prepared / "results"
+    outputs = {"phase": results / "phase" / "d256" / "metrics.json",
+               "calibrate": results / "calibration" / "calibration.json",
+               "one_step": results / "one_step" / "synthetic.json", "train": results / "train" / "synthetic.json"}
 
     def run() -> dict[str, dict]:
         assert phase.main(grid) == 0 and calibrate.main(grid) == 0
+        assert one_step.main(seeded) == 0 and train.main(seeded) == 0
         return {name: _numbers(path) for name, path in outputs.items()}
 
     # This machine's BLAS on two threads, as outside the tests: the units still run on one, as the workers do.
@@ -79,5 +88,26 @@ def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prep
                       dashboard_address=None) as cluster:
         monkeypatch.setenv(fanout.ADDRESS_ENV, cluster.scheduler_address)
         on_cluster = run()
-    assert embedded["phase"] and embedded["calibrate"]
+    assert all(embedded[name] for name in outputs)
+    assert {"seed0", "seed1"} <= {key.split(".")[1] for key in embedded["train"]}  # both seeds, each arm's
     assert all(_same(embedded[name], on_cluster[name]) for name in outputs)
+
+
+def test_a_stopped_stage_stops_the_seeds_it_fanned_out(prepared):
+    """SIGTERM to a stage whose two seeds train in worker processes: it ends in one line, and so do they."""
+    from pipelines import prepare
+
+    seeded = [*TINY, *TINY_TRAIN, "base.seeds=[0,1]", "train.max_epochs=200", "train.patience=200"]
+    assert prepare.main(seeded) == 0
+    process = start_stage("train", seeded, prepared)
+    deadline = time.monotonic() + 120
+    while len(list((prepared / "checkpoints").rglob("last.ckpt"))) < 2:  # both seeds into their fits
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.1)
+    workers = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    assert process.stderr.read().strip().splitlines() == ["train: stopped by SIGTERM: its old outputs are kept"]
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    assert not (prepared / "results" / "train").exists()

@@ -4,7 +4,9 @@ A pass over a small problem (the synthetic data: 7k entries, E 100 x 1024) lasts
 threads spend it mostly meeting at the barrier. On a quiet machine two threads still win (0.067 against 0.104 ms a
 gradient-flow step), but when another process holds a core, one thread waits for a descheduled partner: 0.13 to
 0.56 ms against 0.105 on one thread. Small passes therefore run on one thread; large ones (real data: 128k to 3.3M
-entries, E 4k to 7k x 2048) on all of them, where two threads take 4.7 against 7.4 ms.
+entries, E 4k to 7k x 2048) on all of them, where two threads take 4.7 against 7.4 ms. "All of them" is the count
+set where the pass runs: a unit of work fanned out (runtime/fanout.py) has one, so that its sums round alike
+wherever it runs.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ SMALL_MATRIX = 2_000_000  # |S| x d of E: 16 MB of float64, a pass over it well 
 
 
 def threads_for(entries: int, matrix_size: int) -> int:
-    """One thread for a small pass, else every thread numba has."""
+    """One thread for a small pass, else every thread this thread may use (numba's count is per thread)."""
     if entries < SMALL_ENTRIES and matrix_size < SMALL_MATRIX:
         return 1
-    return numba.config.NUMBA_NUM_THREADS
+    return numba.get_num_threads()
 
 
 @contextmanager

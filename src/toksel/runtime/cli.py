@@ -21,7 +21,15 @@ from pathlib import Path
 from toksel.runtime.config import Config, describe, load_config, params_hash, read_config
 from toksel.runtime.distributed import WorkerFinished, is_worker
 from toksel.runtime.errors import Terminated, ToksError
-from toksel.runtime.io import file_digests, outputs_together, remove_leftovers, write_json
+from toksel.runtime.fanout import map_units
+from toksel.runtime.io import (
+    captured_outputs,
+    file_digests,
+    outputs_together,
+    remove_leftovers,
+    write_files,
+    write_json,
+)
 from toksel.runtime.known_warnings import silence_known_warnings
 from toksel.runtime.records import (
     Recorded,
@@ -177,17 +185,22 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         recorded: Recorded = []
         records = []
         with outputs_together():
-            for seed in [config.seed] if every_seed is None else (seeds or _all_seeds)(config):
-                one = config if every_seed is None else dataclasses.replace(config, seed=seed)
-                record = naming.record(one, sections, seeded or every_seed is not None, told_dataset(argv), recorded)
-                records.append(record)
+            if every_seed is None:
+                record = naming.record(config, sections, seeded, told_dataset(argv), recorded)
                 started = time.perf_counter()
                 with record.run():
-                    body(one, record)
-                if not is_worker():  # one line per unit of work: what it was, how long it took, where its result is
-                    outcome = f"{record.outcome}; " if record.outcome else ""
-                    written = f": {record.written}" if record.written else ""
-                    print(f"{record.name}: {outcome}done in {time.perf_counter() - started:.1f} s{written}", flush=True)
+                    body(config, record)
+                records.append(record)
+                _tell(record, time.perf_counter() - started)
+            else:
+                units = [SeedUnit(body, naming.record(dataclasses.replace(config, seed=seed), sections, True,
+                                                      told_dataset(argv), []), dataclasses.replace(config, seed=seed))
+                         for seed in (seeds or _all_seeds)(config)]
+                for done in _run_seeds(units, config):
+                    write_files(done.files)
+                    recorded.extend(done.record.recorded)
+                    records.append(done.record)
+                    _tell(done.record, done.seconds)
             if not is_worker():
                 if every_seed is not None:
                     write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))
@@ -211,6 +224,46 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
               file=sys.stderr)
         return 2
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedUnit:
+    """One seed of a stage that runs every seed: a unit of work (runtime/fanout.py), wherever it runs."""
+    body: StageBody
+    record: RunRecord
+    config: Config
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedDone:
+    record: RunRecord  # with the metrics it recorded
+    files: dict[Path, bytes]  # its outputs, for the stage to write with its own
+    seconds: float
+
+
+def _run_seeds(units: list[SeedUnit], config: Config) -> list[SeedDone]:
+    """Every seed of the stage: a process each on this machine (a fit seeds torch's global generator), or a
+    cluster's workers (compute.address); in-process under DDP, whose processes Lightning starts itself."""
+    if config.train.strategy == "ddp":
+        return [_run_seed(unit) for unit in units]
+    return map_units(_run_seed, units, config.compute, "processes")
+
+
+def _run_seed(unit: SeedUnit) -> SeedDone:
+    """A seed's run: its outputs captured, not put in place (the stage does that, with all its seeds')."""
+    silence_known_warnings()
+    started = time.perf_counter()
+    with captured_outputs() as files, unit.record.run():
+        unit.body(unit.config, unit.record)
+    return SeedDone(unit.record, files, time.perf_counter() - started)
+
+
+def _tell(record: RunRecord, seconds: float) -> None:
+    """One line per unit of work: what it was, how long it took, where its result is."""
+    if not is_worker():
+        outcome = f"{record.outcome}; " if record.outcome else ""
+        written = f": {record.written}" if record.written else ""
+        print(f"{record.name}: {outcome}done in {seconds:.1f} s{written}", flush=True)
 
 
 def _all_seeds(config: Config) -> list[int]:

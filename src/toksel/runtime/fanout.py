@@ -1,26 +1,36 @@
-"""Independent units of work through one interface, on Dask: the phase grid's cells, the calibration's replicates.
+"""Independent units of work through one interface, on Dask: the seeds of a seeded stage, the points of the d sweep,
+the phase grid's cells, the calibration's replicates.
 
 `map_units(work, units, settings, kind)` runs `work(unit)` for every unit and returns the results in the units'
 order.
 - Embedded, the default: Dask's local scheduler in this process, no server and no set-up, `compute.workers` units
-  at a time (0: the machine's cores). `kind` says how: "threads" for units whose compiled passes release the GIL
-  (a phase cell), "processes" for units that are mostly Python (a calibration replicate: a process each, started
-  from a fresh server process, not a fork: the OpenMP runtime kills a fork of a process whose threads have run).
+  at a time (0: the machine's cores; a single unit, or a single worker, runs here). `kind` says how: "threads" for
+  units whose compiled passes release the GIL (a phase cell), "processes" for units that are mostly Python or hold
+  global state (a calibration replicate; a seed, whose fits seed torch's global generator): a process each,
+  started from a fresh server process, not a fork (the OpenMP runtime kills a fork of a process whose threads have
+  run).
 - A cluster: `compute.address`, or $TOKSEL_COMPUTE_ADDRESS, names a Dask scheduler (tcp://host:8786); the units
   go to its workers, whatever started them (dask-jobqueue on SLURM, dask-kubernetes, `dask scheduler` and
   `dask worker` by hand, a LocalCluster in a test). The workers need the project installed (docs/scale.md).
-Each unit carries its seed and inputs, fixed before it is submitted, runs with one BLAS thread (a Dask worker
-has one, and a BLAS that splits a sum over more threads rounds it otherwise: the max-margin QP's last digits),
-and the results come back in the units' order: the numbers are the same whichever backend ran them. Which
-backend runs them is not a result, so `compute` is in no stage's settings (pipelines/sections.py): pointing a
-run at a cluster reruns nothing.
+- Inside a unit, map_units runs its units there, one after another: the parallelism is the outer units'.
+Each unit carries its seed and inputs, fixed before it is submitted, runs on one thread of BLAS, numba and torch
+(a Dask worker has one, and a sum split over more threads rounds otherwise: the max-margin QP's last digits, a
+flow's gradient), and the results come back in the units' order: the numbers are the same whichever backend ran
+them. Which backend runs them is not a result, so `compute` is in no stage's settings (pipelines/sections.py):
+pointing a run at a cluster reruns nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from threadpoolctl import threadpool_limits
@@ -48,17 +58,83 @@ def map_units(work: Callable[[Unit], Result], units: Sequence[Unit], settings: C
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     if not units:
         return []
-    one_thread = functools.partial(_in_one_thread, work)
+    single = functools.partial(_in_one_thread, work, Place.here())
+    if _inside_unit.get():  # the units of a unit (a seed's, running elsewhere): there, one after another
+        return _inline(single, units, progress)
     scheduler = address(settings)
     if scheduler:
-        return _on_cluster(scheduler, one_thread, units, progress)
-    return _embedded(one_thread, units, kind, settings.workers or os.cpu_count() or 1, progress)
+        return _on_cluster(scheduler, single, units, progress)
+    workers = min(settings.workers or os.cpu_count() or 1, len(units))
+    if workers == 1:  # nothing to share out: a process or a pool would cost its start-up for nothing
+        return _inline(single, units, progress)
+    return _embedded(single, units, kind, workers, progress)
 
 
-def _in_one_thread(work: Callable[[Unit], Result], unit: Unit) -> Result:
-    """`work(unit)` on one BLAS thread, in whichever process runs it."""
+_inside_unit: ContextVar[bool] = ContextVar("inside_unit", default=False)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """BLAS, numba and torch on one thread each (numba's count is this thread's; the others are the process's)."""
+    numba, torch = sys.modules.get("numba"), sys.modules.get("torch")  # set where loaded: a unit loads its own
+    numba_before = numba.get_num_threads() if numba else None
+    torch_before = torch.get_num_threads() if torch else None
     with threadpool_limits(limits=1):
-        return work(unit)
+        try:
+            if numba:
+                numba.set_num_threads(1)
+            if torch:
+                torch.set_num_threads(1)
+            yield
+        finally:
+            if numba:
+                numba.set_num_threads(numba_before)
+            if torch:
+                torch.set_num_threads(torch_before)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a unit runs as if here: the working directory (the project, or a DVC experiment's copy of it) and the
+    settings from the environment that the stages read, as they are where the units are submitted."""
+    folder: str
+    environment: tuple[tuple[str, str], ...]
+
+    CARRIED = ("TOKSEL_", "MLFLOW_", "DVC_", "HF_")
+
+    @classmethod
+    def here(cls) -> Place:
+        return cls(os.getcwd(), tuple((name, value) for name, value in os.environ.items()
+                                      if name.startswith(cls.CARRIED) and name != ADDRESS_ENV))
+
+    def enter(self) -> None:
+        """In a worker: into the folder, with the settings (a no-op where the units were submitted)."""
+        if not os.path.isdir(self.folder):
+            raise ToksError(f"the project folder {self.folder} is not on this compute worker ({os.uname().nodename}):"
+                            " the workers need the project at the same path (shared storage; docs/scale.md)")
+        if os.getcwd() != self.folder:
+            os.chdir(self.folder)
+        os.environ.update((name, value) for name, value in self.environment if os.environ.get(name) != value)
+
+
+def _in_one_thread(work: Callable[[Unit], Result], place: Place, unit: Unit) -> Result:
+    """`work(unit)` on one thread, in whichever process runs it, as if where it was submitted. numba and torch are
+    set where loaded, and a unit's are by the time it runs: unpickling it imports the modules of its work."""
+    place.enter()
+    marked = _inside_unit.set(True)
+    try:
+        with one_thread():
+            return work(unit)
+    finally:
+        _inside_unit.reset(marked)
+
+
+def _inline(work: Callable[[Unit], Result], units: Sequence[Unit], progress: Callable[[], Any]) -> list[Result]:
+    results = []
+    for unit in units:
+        results.append(work(unit))
+        progress()
+    return results
 
 
 def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, workers: int,
@@ -67,11 +143,41 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
     from dask.diagnostics import Callback
 
     tasks = [dask.delayed(work, pure=False)(unit) for unit in units]
-    # The BLAS thread count is the process's: set for the whole map, so that a thread's unit, ending, cannot lift it
+    # The thread counts are the process's: set for the whole map, so that a thread's unit, ending, cannot lift them
     # under another's that is still running.
-    with (dask.config.set({"multiprocessing.context": "forkserver"}), Callback(posttask=lambda *_: progress()),
-          threadpool_limits(limits=1)):
-        return list(dask.compute(*tasks, scheduler=kind, num_workers=min(workers, len(units))))
+    with Callback(posttask=lambda *_: progress()), one_thread():
+        if kind == "threads":
+            return list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
+        # Our own pool, so that a stopped stage stops its units at once (Dask's would wait for them to end). Each
+        # worker started from a fresh server process, not forked: the OpenMP runtime kills a fork of a process whose
+        # threads have run. chunksize 1: Dask would otherwise hand a worker up to six units in one go.
+        _quiet_resource_tracker()
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+        try:
+            results = list(dask.compute(*tasks, scheduler="processes", pool=pool, chunksize=1))
+        except BaseException:
+            # SIGKILL: a unit has written nothing in place (its outputs are the stage's to write), and a fit's
+            # checkpoints are trusted by what they record (training/fit.py). The executor has no public way to it.
+            for process in list(pool._processes.values()):
+                process.kill()
+            pool.shutdown(wait=True, cancel_futures=True)  # prompt, the workers gone; and frees its queues
+            raise
+        pool.shutdown()
+        return results
+
+
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (a process of its own) without its warning about semaphores left at
+    its end: a worker process stopped with its stage leaves its own (numba's start-up lock), which the tracker then
+    frees, and the stage's stop would be told in two lines instead of one."""
+    from multiprocessing import resource_tracker
+
+    options = list(sys.warnoptions)
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")  # the tracker is started with this process's -W
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions[:] = options
 
 
 def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[Unit],

@@ -96,6 +96,30 @@ def outputs_together() -> Iterator[None]:
     _commit(transaction.renames)
 
 
+@contextmanager
+def captured_outputs() -> Iterator[dict[Path, bytes]]:
+    """Like outputs_together, but the files written inside are handed back as {path: bytes} at the end instead of
+    put in place: the outputs of a unit of work that ran in another process, perhaps on another machine, which the
+    stage that submitted it writes among its own (write_files). Inside, a file just written reads back as usual."""
+    transaction = _Transaction()
+    _open.append(transaction)
+    files: dict[Path, bytes] = {}
+    try:
+        yield files
+        files.update((path, tmp.read_bytes()) for path, tmp in transaction.renames.items())
+    finally:
+        _open.remove(transaction)
+        for tmp in transaction.renames.values():
+            tmp.unlink(missing_ok=True)
+
+
+def write_files(files: dict[Path, bytes]) -> None:
+    """Files that captured_outputs handed back, written here as any output is (atomically, recorded)."""
+    for path, content in files.items():
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(content)
+
+
 def _digest(path: Path) -> list:
     """[size, SHA-256] of `path`; a file waiting in the open outputs_together is hashed once, for its run record
     and its folder's record."""

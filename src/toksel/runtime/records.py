@@ -179,6 +179,18 @@ class RunRecord:
         with child.run():
             yield child
 
+    def detached(self) -> RunRecord:
+        """A copy of this run without what it has recorded, for runs nested in it elsewhere (a unit of work run in
+        another process: runtime/fanout.py), which `adopt` then takes in."""
+        copy = RunRecord(self.name, self.tags, self.params, recorded=[])
+        copy.live, copy.label = self.live, self.label
+        return copy
+
+    def adopt(self, copy: RunRecord) -> None:
+        """The runs nested in a detached copy of this one, with what they recorded."""
+        self.children.extend(copy.children)
+        self.recorded.extend(copy.recorded)
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "started": self.started, "ended": self.ended,
                 "tags": self.tags, "params": self.params, "metrics": self.metrics, "artifacts": self.artifacts,
