@@ -49,6 +49,40 @@ sys.exit(run_stage(sys.argv[1], stage.SECTIONS, lambda config, run: None, sys.ar
 """
 
 
+SEEDED = ("one_step", "gradient_flow", "train", "ablation")  # the stages that run every seed
+# run_stage over every seed of base.seeds with a body that only imports the stage's module: where the seeds run in
+# processes of their own, what each process pays before a seed's work.
+NOTHING_SEEDED = """
+import sys
+from importlib import import_module
+stage = import_module("pipelines." + sys.argv[1])
+from toksel.runtime.cli import run_stage
+from toksel.runtime.paths import results_dir
+sys.exit(run_stage(sys.argv[1], stage.SECTIONS, lambda config, run: import_module("pipelines." + sys.argv[1]),
+                   sys.argv[2:], every_seed=lambda config: results_dir(sys.argv[1], config.dataset)))
+"""
+
+
+@dataclass(frozen=True)
+class SeededFixedCost:
+    stage: str
+    seeds: int
+    fanned_out: float  # median seconds, the seeds in processes of their own (the default)
+    in_process: float  # median seconds, compute.workers=1: every seed in the stage's process
+
+
+def seeded_fixed_costs(repeats: int, seeds: int = 2) -> list[SeededFixedCost]:
+    with tempfile.TemporaryDirectory() as folder:
+        project = Path(folder)
+        shutil.copy(ROOT / "params.yaml", project / "params.yaml")
+        chosen = f"base.seeds=[{','.join(map(str, range(seeds)))}]"
+        return [SeededFixedCost(stage, seeds,
+                                _process_seconds(NOTHING_SEEDED, [stage, *STAGES[stage], chosen], repeats, project),
+                                _process_seconds(NOTHING_SEEDED, [stage, *STAGES[stage], chosen, "compute.workers=1"],
+                                                 repeats, project))
+                for stage in SEEDED]
+
+
 @dataclass(frozen=True)
 class FixedCost:
     stage: str

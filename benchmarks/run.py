@@ -22,7 +22,9 @@ import numba
 import numpy as np
 import psutil
 import torch
+from omegaconf import OmegaConf
 
+from benchmarks import cost_model as cost_model_module
 from benchmarks import gradient_flow_rate, overheads, repro_timing, training
 from benchmarks.dense import POSITIONS_PER_BATCH, bag_gradients, dense_gradients
 from benchmarks.timing import timed
@@ -31,7 +33,7 @@ from toksel.data.draws import data_dir
 from toksel.data.prepared import prepare_text
 from toksel.data.token_table import read_token_table
 from toksel.models.fused import FusedBags
-from toksel.runtime.config import first_seeds, load_config
+from toksel.runtime.config import Config, first_seeds, load_config
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
 
@@ -262,6 +264,15 @@ def fixed_cost(repeats: int) -> list[str]:
     for cost in costs:
         own = cost.total - cost.imports
         lines.append(f"| {cost.stage} | {cost.imports:.2f} s | {cost.total:.2f} s | {own:.2f} s |")
+    seeded = overheads.seeded_fixed_costs(repeats)
+    lines += ["", f"A stage that runs every seed, over {seeded[0].seeds} seeds with a body that only imports the "
+              "stage's module: its seeds in processes of their own (the default: each process imports the stage's "
+              "modules before its seed's work, both at once on the two cores), and every seed in the stage's process "
+              "(`compute.workers=1`, as before the seeds fanned out):", "",
+              "| stage kind | seeds fanned out | seeds in the stage's process | difference |", "|---|---|---|---|"]
+    for cost in seeded:
+        lines.append(f"| {cost.stage} | {cost.fanned_out:.2f} s | {cost.in_process:.2f} s | "
+                     f"{cost.fanned_out - cost.in_process:+.2f} s |")
     return lines
 
 
@@ -318,6 +329,76 @@ def repro_by_stage_kind() -> list[str]:
             *repro_timing.table(logs)]
 
 
+WORKERS = (1, 2, 8, 32, 128)  # the cost model's cluster sizes
+PAPER_VARIANTS = ("mlp", "mlp_residual", "two_layer", "two_layer_kq")
+PAPER_DATASETS = ("imdb", "yelp_polarity")
+H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA's figure for the H100 SXM's dense bf16 tensor cores
+
+
+def paper_config() -> Config:
+    """params.yaml with profiles/paper.yaml on top, as `python -m tools.profile paper` runs it."""
+    merged = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.load(ROOT / "profiles" / "paper.yaml"))
+    with tempfile.TemporaryDirectory() as folder:
+        OmegaConf.save(merged, Path(folder) / "params.yaml")
+        return load_config(path=Path(folder) / "params.yaml")
+
+
+def cost_model(steps: int) -> list[str]:
+    """The default pipeline's units from the newest stamped log, N workers from their measured costs; the paper-scale
+    profile's ablations from a step of each variant measured here and its counted FLOPs."""
+    logs = sorted(LOGS.glob("repro-*.log"))
+    if not logs:
+        return [f"No stamped log in {LOGS}: `python -m benchmarks.repro_timing run {LOGS}/repro-<date>.log`."]
+    log = logs[-1]
+    cells = {f"phase@{path.parent.name.removeprefix('d')}": len(json.loads(path.read_text()))
+             for path in Path("results", "phase").glob("d*/metrics.json")}
+    stages = cost_model_module.stage_costs(log, cells)
+    lines = [f"The default pipeline, from `{log.name}` (its note: {log_notes(log)[0][:120]}...). A unit is a seed of a "
+             "seeded stage, a (d, seed) point of the d sweep, a phase cell; a stage that fans nothing out is one "
+             "unit, and so is calibrate (conservative: its replicates do fan out). Stages one after another, as "
+             "`dvc repro` runs them; each stage's overhead (its time here beyond its units' makespan on 2 workers) "
+             "kept as measured. Seconds:", "", *cost_model_module.pipeline_table(stages, WORKERS), ""]
+    config, default_dataset = paper_config(), load_config([]).ablation.datasets[0]
+    costs = []
+    for dataset in PAPER_DATASETS:
+        if not (data_dir(dataset, 0) / "train.npz").exists():
+            return [*lines, f"The paper-scale profile: data/processed/{dataset} is missing (dvc repro "
+                            f"prepare@{dataset})."]
+        for variant in PAPER_VARIANTS:
+            module, data = training.sequence_model(config, dataset, variant, "paper")
+            rate = training.measure(module, data, 1, steps, config.train.precision)
+            flops = training.step_flops(module, data, steps)
+            train_rows = len(data.rows("train")[1])
+            default_run = Path("results", "ablation", default_dataset, variant)
+            costs.append(cost_model_module.StepCost(
+                variant, dataset, 1 / rate.steps_per_second, flops,
+                cost_model_module.ceil_div(train_rows, config.sequence.batch_size),
+                cost_model_module.epochs_per_seed(default_run)))
+    seeds = config.train.seeds
+    lines += [f"The paper-scale profile's ablations (profiles/paper.yaml: d {config.sequence.paper.d}, whole reviews, "
+              f"all rows, {seeds} seeds, {len(PAPER_VARIANTS)} variants on {' and '.join(PAPER_DATASETS)}). One "
+              f"training step measured here (CPU, {config.train.precision}, batch {config.sequence.batch_size}, "
+              f"bucketed, mean of {steps} steps after {training.WARM_UP} of warm-up); its FLOPs counted over "
+              f"{steps} batches; the epochs of a seed's fits (kept + control) those of the default run's "
+              f"{default_dataset} ablations. The GPU columns are not measured (no GPU here): FLOPs "
+              "over the H100's dense bf16 peak (a bound no run reaches), and over a fifth of it (small batches "
+              "of one layer or two keep a GPU far from its peak):", "",
+              "| variant | dataset | s/step here | GFLOP/step | steps/epoch | epochs per seed | CPU hours, all seeds | "
+              "H100 hours at peak | at 1/5 of peak |", "|---|---|---|---|---|---|---|---|---|"]
+    total_cpu = total_flops = 0.0
+    for cost in costs:
+        cpu, flops = cost.fits_seconds() * seeds / 3600, cost.fits_flops() * seeds
+        total_cpu, total_flops = total_cpu + cpu, total_flops + flops
+        lines.append(f"| {cost.variant} | {cost.dataset} | {cost.seconds:.2f} | {cost.flops / 1e9:,.0f} | "
+                     f"{cost.steps_per_epoch:,} | {cost.epochs:.1f} | {cpu:,.1f} | "
+                     f"{cost_model_module.gpu_hours(flops, H100_BF16_DENSE):.3f} | "
+                     f"{cost_model_module.gpu_hours(flops, H100_BF16_DENSE / 5):.2f} |")
+    lines.append(f"| **all** | | | | | | **{total_cpu:,.1f}** | "
+                 f"**{cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE):.3f}** | "
+                 f"**{cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE / 5):.2f}** |")
+    return lines
+
+
 def log_notes(log: Path) -> list[str]:
     """What a kept log was run on: the text lines of its `.md` companion before any table (the table this section
     draws anyway), if any."""
@@ -365,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         "The full-batch pass in p: numba against torch": lambda: torch_against_numba(args.repeats),
         "`dvc repro -f` from nothing, by stage kind": repro_by_stage_kind,
         "Peak memory of every stage (its run records, from the last dvc repro)": peak_memory,
+        "What a cluster or a GPU would take: the cost model": lambda: cost_model(8),
     }
     earlier = _sections(args.out.read_text()) if args.out.exists() else {}
     kept = earlier if args.only else {}

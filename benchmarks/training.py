@@ -113,13 +113,39 @@ def one_layer_step(config: Config, dataset: str, windows: int, steps: int) -> Th
 def two_layer_step(config: Config, dataset: str, bucketed: bool, max_len: int | None, windows: int,
                    steps: int) -> Throughput:
     """The `ablation` stage's two-layer model at the CPU profile's d, reviews cut to `max_len` tokens."""
-    settings, scale = config.train, config.sequence.cpu
+    module, data = sequence_model(config, dataset, "two_layer", "cpu", bucketed, max_len)
+    return measure(module, data, windows, steps, config.train.precision)
+
+
+def sequence_model(config: Config, dataset: str, variant: str, scale: str, bucketed: bool = True,
+                   max_len: int | None = None) -> tuple[SequenceModule, SequenceDataModule]:
+    """An `ablation` variant and its data at a size profile of sequence (cpu, paper), reviews cut to `max_len`
+    tokens (None: the profile's)."""
+    settings, size = config.train, getattr(config.sequence, scale)
     tokens = read_token_table(data_dir(dataset, 0) / "tokens.csv")
-    init = initialise(len(tokens), scale.d, config.seed, parameter_dtype(settings.precision),
-                      tokens.num_classes)
-    model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS["two_layer"], seed=config.seed)
-    module = SequenceModule(model, torch.tensor(tokens.important), settings.optimizer,
-                            settings.lr, settings.weight_decay)
-    data = SequenceDataModule(data_dir(dataset, 0), config.sequence.batch_size, settings.val_fraction,
-                              config.seed, bucketed, max_len, scale.max_train, scale.max_test)
-    return measure(module, data, windows, steps, settings.precision)
+    init = initialise(len(tokens), size.d, config.seed, parameter_dtype(settings.precision), tokens.num_classes)
+    model = SequenceClassifier(init.E, init.p, init.v, **LAYOUTS[variant], seed=config.seed)
+    module = SequenceModule(model, torch.tensor(tokens.important), settings.optimizer, settings.lr,
+                            settings.weight_decay)
+    data = SequenceDataModule(data_dir(dataset, 0), config.sequence.batch_size, settings.val_fraction, config.seed,
+                              bucketed, max_len if max_len is not None else size.max_len, size.max_train,
+                              size.max_test)
+    return module, data
+
+
+def step_flops(module: ClassifierModule, data: PackedDataModule | SequenceDataModule, batches: int) -> float:
+    """The mean floating-point operations of a training step's forward and backward passes over the first
+    `batches` batches of a shuffled epoch (torch's count: matrix products and attention, not elementwise work)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    data.setup("fit")
+    counts = []
+    for index, batch in enumerate(data.loader("train", shuffle=True)):
+        if index == batches:
+            break
+        with FlopCounterMode(display=False) as counter:
+            loss, _ = module.loss_and_accuracy(batch)
+            loss.backward()
+        module.zero_grad(set_to_none=True)
+        counts.append(counter.get_total_flops())
+    return statistics.mean(counts)

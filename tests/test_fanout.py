@@ -11,7 +11,7 @@ import psutil
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, start_stage
+from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, start_stage
 from toksel.runtime import fanout
 from toksel.runtime.config import ComputeConfig
 from toksel.runtime.errors import ToksError
@@ -84,6 +84,10 @@ def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prep
     # This machine's BLAS on two threads, as outside the tests: the units still run on one, as the workers do.
     with threadpool_limits(limits=2):
         embedded = run()
+    # A stage in a process of its own, as DVC runs it, forks its seeds' workers (this one, whose numba threads have
+    # run, starts them from a server process): the same numbers.
+    assert run_stage_process("one_step", seeded, prepared).returncode == 0
+    assert _same(_numbers(outputs["one_step"]), embedded["one_step"])
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
         monkeypatch.setenv(fanout.ADDRESS_ENV, cluster.scheduler_address)

@@ -136,7 +136,7 @@ def test_a_stage_whose_starter_is_killed_stops_and_never_writes_after_it(prepare
     assert {path.name: path.read_bytes() for path in outputs.iterdir()} == before
 
 
-SCREENED = [*TINY, *TINY_TRAIN, "train.max_epochs=5", "train.patience=5", "train.lr_grid=[0.02,0.05]",
+SCREENED = [*TINY, *TINY_TRAIN, "train.max_epochs=30", "train.patience=30", "train.lr_grid=[0.02,0.05]",
             "train.lr_extensions=0", "train.screen_epochs=1"]  # a screen of two rates, then the kept fit
 
 

@@ -41,3 +41,9 @@ def test_a_profile_is_checked_against_the_schema_before_dvc_starts(tmp_path, mon
 
 def test_the_full_values_say_they_are_full():
     assert load_config().profile == "full"
+
+
+def test_the_paper_profile_runs_the_ablations_at_the_papers_sizes():
+    flags = settings(read_profile("paper"))  # checked against the schema
+    assert '++profile="paper"' in flags and '++sequence.scale="paper"' in flags and "++train.seeds=5" in flags
+    assert load_config().sequence.paper.d == 2048  # what sequence.scale=paper selects

@@ -261,7 +261,8 @@ def test_the_verdict_in_words_names_the_claims_that_do_not_hold():
                                                "judged on; these do not: trained embeddings beat random frozen ones "
                                                "(fails on imdb).")
     assert verdict([]).lead.startswith("No claim of the paper has been judged yet")
-    assert warning("full") == "" and "profiles/quick.yaml" in warning("quick") and "`make quick`" in warning("quick")
+    assert warning("full") == warning("paper") == ""  # the paper-scale profile is no small run
+    assert "profiles/quick.yaml" in warning("quick") and "`make quick`" in warning("quick")
 
 
 def test_prepares_rows_are_read_per_draw(tmp_path):

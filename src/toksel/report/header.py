@@ -2,7 +2,8 @@
 
 The verdict is built from the verdicts of the tables below it: each claim (of the paper, then ours) once, with
 the datasets it holds on, fails on or leaves unsettled; then how the controls behaved. The run: the profile
-(params.yaml's `profile`: full, the paper's sizes, or the profile that set smaller values), the seeds, each
+(params.yaml's `profile`: full, the paper's sizes; paper, the ablations' too; or the profile that set smaller
+values), the seeds, each
 dataset's d (model.d after its entry's overrides) and its rows (prepare's metrics), the git commit and the DVC
 experiment that made the report.
 """
@@ -18,7 +19,9 @@ from toksel.report.markdown import number
 from toksel.runtime.config import Config, load_config
 from toksel.runtime.io import read_json
 
-FULL = "full"  # the profile of the paper's sizes: every other profile is a small run
+FULL = "full"  # params.yaml's own values: the paper's sizes, the ablations at their CPU size
+# The profiles that run at least the paper's sizes: no warning. Every other profile is a small run.
+AT_SCALE = {FULL: "the paper's sizes", "paper": "the paper's sizes, the ablations' too (profiles/paper.yaml)"}
 NOT_PREPARED = "not prepared"
 UNSETTLED = ("inconclusive", "not computed")
 Judged = tuple[str, Assessment]  # (dataset, its assessment)
@@ -219,8 +222,7 @@ def _seeds(seeds: Sequence[int]) -> str:
 
 def run_text(config: Config, tags: Mapping[str, str]) -> str:
     """The profile, the seeds, the commit and the DVC experiment, in one paragraph."""
-    profile = ("the paper's sizes" if config.profile == FULL else
-               f"profiles/{config.profile}.yaml's smaller values")
+    profile = AT_SCALE.get(config.profile, f"profiles/{config.profile}.yaml's smaller values")
     experiment = tags.get("dvc.experiment") or "none (a run in the workspace, not a DVC experiment)"
     return (f"Profile {config.profile}: {profile}. Seeds {_seeds(config.base.seeds)} (the theory, the phase "
             f"diagram); the training and the ablations on {_seeds(config.training_seeds)}. Commit "
@@ -228,8 +230,8 @@ def run_text(config: Config, tags: Mapping[str, str]) -> str:
 
 
 def warning(profile: str) -> str:
-    """"" for the full profile; else what a small run is and is not."""
-    if profile == FULL:
+    """"" for a profile at the paper's sizes; else what a small run is and is not."""
+    if profile in AT_SCALE:
         return ""
     how = "`make quick`, " if profile == "quick" else ""
     return (f"Profile {profile} ({how}profiles/{profile}.yaml) cuts the data, d, the seeds and the training so that "

@@ -143,16 +143,16 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
     from dask.diagnostics import Callback
 
     tasks = [dask.delayed(work, pure=False)(unit) for unit in units]
-    # The thread counts are the process's: set for the whole map, so that a thread's unit, ending, cannot lift them
-    # under another's that is still running.
-    with Callback(posttask=lambda *_: progress()), one_thread():
+    with Callback(posttask=lambda *_: progress()):
         if kind == "threads":
-            return list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
-        # Our own pool, so that a stopped stage stops its units at once (Dask's would wait for them to end). Each
-        # worker started from a fresh server process, not forked: the OpenMP runtime kills a fork of a process whose
-        # threads have run. chunksize 1: Dask would otherwise hand a worker up to six units in one go.
+            # The thread counts are the process's: set for the whole map, so that a thread's unit, ending, cannot
+            # lift them under another's that is still running.
+            with one_thread():
+                return list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
+        # Our own pool, so that a stopped stage stops its units at once (Dask's would wait for them to end).
+        # chunksize 1: Dask would otherwise hand a worker up to six units in one go.
         _quiet_resource_tracker()
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_start_method()))
         try:
             results = list(dask.compute(*tasks, scheduler="processes", pool=pool, chunksize=1))
         except BaseException:
@@ -164,6 +164,16 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
             raise
         pool.shutdown()
         return results
+
+
+def _start_method() -> str:
+    """How the worker processes start. A fork costs nothing and inherits the modules already imported (a training
+    stage's torch: 3.5 s a worker otherwise), but the OpenMP runtime of numba's threads kills a fork of a process
+    in which they have run: then, and off Linux, each worker starts from a fresh server process. A stage's own
+    process forks before any of its numeric work (its seeds are its work); the units set their threads themselves."""
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    launched = parallel is not None and getattr(parallel, "_is_initialized", True)
+    return "fork" if sys.platform.startswith("linux") and not launched else "forkserver"
 
 
 def _quiet_resource_tracker() -> None:
