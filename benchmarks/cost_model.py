@@ -88,6 +88,25 @@ def _fixed(stage: str) -> float:
     return 4.4 if stage.split("@")[0] in ("train", "ablation", "d_sweep") else 0.8
 
 
+def scaled(stages: list[StageCost], seeds: int, phase_factor: int) -> list[StageCost]:
+    """A larger study from the same unit costs: every stage whose units are its seeds with `seeds` of them, every
+    phase row with `phase_factor` times its cells; the other stages as they were."""
+    larger = []
+    for stage in stages:
+        kind, units = stage.name.split("@")[0], stage.units
+        if kind == "phase":
+            units = units * phase_factor
+        elif kind in SEEDED and len(units) > 1:
+            units = [units[i % len(units)] for i in range(seeds)]
+        bigger = StageCost(stage.name, 0.0, units)
+        bigger.wall = stage.overhead + bigger.makespan(HERE)  # the overhead kept, the units' makespan grown
+        larger.append(bigger)
+    return larger
+
+
+SEEDED = ("one_step", "gradient_flow", "train", "ablation")  # the stages whose units are their seeds
+
+
 def pipeline_table(stages: list[StageCost], workers: tuple[int, ...]) -> list[str]:
     kinds: dict[str, list[StageCost]] = defaultdict(list)
     for stage in stages:
@@ -96,10 +115,10 @@ def pipeline_table(stages: list[StageCost], workers: tuple[int, ...]) -> list[st
              " | ".join(f"{n} worker{'s' if n > 1 else ''}" for n in workers) + " |",
              "|---|---|---|---|" + "---|" * len(workers)]
     for kind, members in kinds.items():
-        lines.append(f"| {kind} | {len(members)} | {sum(len(s.units) for s in members)} | "
+        lines.append(f"| {kind} | {len(members)} | {sum(len(s.units) for s in members):,} | "
                      f"{sum(s.wall for s in members):,.0f} | " +
                      " | ".join(f"{sum(s.seconds(n) for s in members):,.0f}" for n in workers) + " |")
-    lines.append(f"| **all** | {len(stages)} | {sum(len(s.units) for s in stages)} | "
+    lines.append(f"| **all** | {len(stages)} | {sum(len(s.units) for s in stages):,} | "
                  f"**{sum(s.wall for s in stages):,.0f}** | " +
                  " | ".join(f"**{sum(s.seconds(n) for s in stages):,.0f}**" for n in workers) + " |")
     return lines

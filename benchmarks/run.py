@@ -330,6 +330,7 @@ def repro_by_stage_kind() -> list[str]:
 
 
 WORKERS = (1, 2, 8, 32, 128)  # the cost model's cluster sizes
+STUDY_SEEDS, STUDY_PHASE = 20, 40  # a larger study: 20 seeds, the phase grid at 10 x its eta0 and 4 x its seeds
 PAPER_VARIANTS = ("mlp", "mlp_residual", "two_layer", "two_layer_kq")
 PAPER_DATASETS = ("imdb", "yelp_polarity")
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA's figure for the H100 SXM's dense bf16 tensor cores
@@ -350,14 +351,21 @@ def cost_model(steps: int) -> list[str]:
     if not logs:
         return [f"No stamped log in {LOGS}: `python -m benchmarks.repro_timing run {LOGS}/repro-<date>.log`."]
     log = logs[-1]
-    cells = {f"phase@{path.parent.name.removeprefix('d')}": len(json.loads(path.read_text()))
+    cells = {f"phase@{path.parent.name.removeprefix('d')}":
+             sum(len(seeds) for seeds in json.loads(path.read_text()).values())
              for path in Path("results", "phase").glob("d*/metrics.json")}
     stages = cost_model_module.stage_costs(log, cells)
+    study = cost_model_module.scaled(stages, STUDY_SEEDS, STUDY_PHASE)
+    most = max(len(stage.units) for stage in stages if not stage.name.startswith("phase"))
     lines = [f"The default pipeline, from `{log.name}` (its note: {log_notes(log)[0][:120]}...). A unit is a seed of a "
              "seeded stage, a (d, seed) point of the d sweep, a phase cell; a stage that fans nothing out is one "
              "unit, and so is calibrate (conservative: its replicates do fan out). Stages one after another, as "
              "`dvc repro` runs them; each stage's overhead (its time here beyond its units' makespan on 2 workers) "
-             "kept as measured. Seconds:", "", *cost_model_module.pipeline_table(stages, WORKERS), ""]
+             "kept as measured. Seconds:", "", *cost_model_module.pipeline_table(stages, WORKERS), "",
+             f"No stage of the default run but the phase rows has more than {most} units, so beyond 8 workers it "
+             f"gains nothing. A study that outgrows a laptop, from the same unit costs: {STUDY_SEEDS} seeds in every "
+             f"seeded stage and the phase grid at {STUDY_PHASE} times its cells (eta0 at 10 times the resolution, "
+             "4 times the seeds). Seconds:", "", *cost_model_module.pipeline_table(study, WORKERS), ""]
     config, default_dataset = paper_config(), load_config([]).ablation.datasets[0]
     costs = []
     for dataset in PAPER_DATASETS:
@@ -375,27 +383,33 @@ def cost_model(steps: int) -> list[str]:
                 cost_model_module.ceil_div(train_rows, config.sequence.batch_size),
                 cost_model_module.epochs_per_seed(default_run)))
     seeds = config.train.seeds
-    lines += [f"The paper-scale profile's ablations (profiles/paper.yaml: d {config.sequence.paper.d}, whole reviews, "
-              f"all rows, {seeds} seeds, {len(PAPER_VARIANTS)} variants on {' and '.join(PAPER_DATASETS)}). One "
-              f"training step measured here (CPU, {config.train.precision}, batch {config.sequence.batch_size}, "
-              f"bucketed, mean of {steps} steps after {training.WARM_UP} of warm-up); its FLOPs counted over "
-              f"{steps} batches; the epochs of a seed's fits (kept + control) those of the default run's "
-              f"{default_dataset} ablations. The GPU columns are not measured (no GPU here): FLOPs "
-              "over the H100's dense bf16 peak (a bound no run reaches), and over a fifth of it (small batches "
-              "of one layer or two keep a GPU far from its peak):", "",
-              "| variant | dataset | s/step here | GFLOP/step | steps/epoch | epochs per seed | CPU hours, all seeds | "
-              "H100 hours at peak | at 1/5 of peak |", "|---|---|---|---|---|---|---|---|---|"]
-    total_cpu = total_flops = 0.0
+    lines += [f"The paper-scale profile's ablations (profiles/paper.yaml: d {config.sequence.paper.d}, whole "
+              f"reviews, all rows, {seeds} seeds, {len(PAPER_VARIANTS)} variants on {' and '.join(PAPER_DATASETS)}). "
+              f"One training step measured here (CPU, both cores, {config.train.precision}, batch "
+              f"{config.sequence.batch_size}, bucketed, mean of {steps} steps after {training.WARM_UP} of "
+              f"warm-up); its FLOPs counted over {steps} batches; the epochs of a seed's fits (kept + control) "
+              f"those of the default run's {default_dataset} ablations. The GPU columns are not measured (no GPU "
+              "was lent to this work): the FLOPs over the H100's dense bf16 peak, a bound no run reaches, and over "
+              "a fifth of it; a step of these small models also pays a launch and loader cost of some "
+              "milliseconds that FLOPs do not count, so the steps are given too:", "",
+              "| variant | dataset | s/step here | GFLOP/step | steps/epoch | epochs per seed | steps, all seeds | "
+              "CPU hours, all seeds | H100 minutes at peak | at 1/5 of peak |", "|---" * 10 + "|"]
+    total_cpu = total_flops = total_steps = 0.0
     for cost in costs:
         cpu, flops = cost.fits_seconds() * seeds / 3600, cost.fits_flops() * seeds
-        total_cpu, total_flops = total_cpu + cpu, total_flops + flops
+        steps_all = cost.steps_per_epoch * cost.epochs * seeds
+        total_cpu, total_flops, total_steps = total_cpu + cpu, total_flops + flops, total_steps + steps_all
         lines.append(f"| {cost.variant} | {cost.dataset} | {cost.seconds:.2f} | {cost.flops / 1e9:,.0f} | "
-                     f"{cost.steps_per_epoch:,} | {cost.epochs:.1f} | {cpu:,.1f} | "
-                     f"{cost_model_module.gpu_hours(flops, H100_BF16_DENSE):.3f} | "
-                     f"{cost_model_module.gpu_hours(flops, H100_BF16_DENSE / 5):.2f} |")
-    lines.append(f"| **all** | | | | | | **{total_cpu:,.1f}** | "
-                 f"**{cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE):.3f}** | "
-                 f"**{cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE / 5):.2f}** |")
+                     f"{cost.steps_per_epoch:,} | {cost.epochs:.1f} | {steps_all:,.0f} | {cpu:,.1f} | "
+                     f"{60 * cost_model_module.gpu_hours(flops, H100_BF16_DENSE):.1f} | "
+                     f"{60 * cost_model_module.gpu_hours(flops, H100_BF16_DENSE / 5):.1f} |")
+    lines.append(f"| **all** | | | | | | **{total_steps:,.0f}** | **{total_cpu:,.1f}** | "
+                 f"**{60 * cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE):.1f}** | "
+                 f"**{60 * cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE / 5):.1f}** |")
+    longest = max(cost.fits_seconds() for cost in costs) / 3600
+    lines += ["", f"Its units are {len(costs) * seeds} seeds ({len(costs)} variant-dataset pairs x {seeds}): on as "
+              f"many workers as units, each as fast as this machine, it takes the longest unit, {longest:.1f} h "
+              f"(against {total_cpu:,.1f} h one unit after another here)."]
     return lines
 
 

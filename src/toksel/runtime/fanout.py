@@ -22,6 +22,7 @@ pointing a run at a cluster reruns nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -58,13 +59,17 @@ def map_units(work: Callable[[Unit], Result], units: Sequence[Unit], settings: C
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     if not units:
         return []
-    single = functools.partial(_in_one_thread, work, Place.here())
+    scheduler = address(settings)
+    workers = min(settings.workers or os.cpu_count() or 1, len(units))
+    # A unit's thread counts: all of them where it has its process to itself (a process unit, a cluster's worker,
+    # a unit run here on its own); numba's alone, which is per thread, where it shares the process with other
+    # threads' units (the map sets the rest for all of them).
+    shared = kind == "threads" and not scheduler and workers > 1 and not _inside_unit.get()
+    single = functools.partial(_in_one_thread, work, Place.here(), not shared)
     if _inside_unit.get():  # the units of a unit (a seed's, running elsewhere): there, one after another
         return _inline(single, units, progress)
-    scheduler = address(settings)
     if scheduler:
         return _on_cluster(scheduler, single, units, progress)
-    workers = min(settings.workers or os.cpu_count() or 1, len(units))
     if workers == 1:  # nothing to share out: a process or a pool would cost its start-up for nothing
         return _inline(single, units, progress)
     return _embedded(single, units, kind, workers, progress)
@@ -73,13 +78,20 @@ def map_units(work: Callable[[Unit], Result], units: Sequence[Unit], settings: C
 _inside_unit: ContextVar[bool] = ContextVar("inside_unit", default=False)
 
 
+def _loaded(name: str) -> Any:
+    """The module `name` if it is imported, not while another thread is still importing it."""
+    module = sys.modules.get(name)
+    return None if module is None or getattr(module.__spec__, "_initializing", False) else module
+
+
 @contextmanager
-def one_thread() -> Iterator[None]:
-    """BLAS, numba and torch on one thread each (numba's count is this thread's; the others are the process's)."""
-    numba, torch = sys.modules.get("numba"), sys.modules.get("torch")  # set where loaded: a unit loads its own
+def one_thread(whole_process: bool = True) -> Iterator[None]:
+    """numba on one thread in this thread; with `whole_process`, BLAS and torch too, whose counts are the process's.
+    Each is set where loaded: a unit's modules are, by the time it runs (unpickling it imports them)."""
+    numba, torch = _loaded("numba"), _loaded("torch") if whole_process else None
     numba_before = numba.get_num_threads() if numba else None
     torch_before = torch.get_num_threads() if torch else None
-    with threadpool_limits(limits=1):
+    with threadpool_limits(limits=1) if whole_process else contextlib.nullcontext():
         try:
             if numba:
                 numba.set_num_threads(1)
@@ -117,13 +129,12 @@ class Place:
         os.environ.update((name, value) for name, value in self.environment if os.environ.get(name) != value)
 
 
-def _in_one_thread(work: Callable[[Unit], Result], place: Place, unit: Unit) -> Result:
-    """`work(unit)` on one thread, in whichever process runs it, as if where it was submitted. numba and torch are
-    set where loaded, and a unit's are by the time it runs: unpickling it imports the modules of its work."""
+def _in_one_thread(work: Callable[[Unit], Result], place: Place, whole_process: bool, unit: Unit) -> Result:
+    """`work(unit)` on one thread (one_thread), in whichever process runs it, as if where it was submitted."""
     place.enter()
     marked = _inside_unit.set(True)
     try:
-        with one_thread():
+        with one_thread(whole_process):
             return work(unit)
     finally:
         _inside_unit.reset(marked)
