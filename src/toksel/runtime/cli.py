@@ -58,9 +58,10 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     """Run `body` as the stage `stage` (its config sections `sections`).
 
     seeded: the run is of one seed (`seed=`, tagged). every_seed: the body runs once for every seed of base.seeds,
-    one after the other in this one process (its imports and data loaded once), each seed its own run record
-    tagged `seed`, as a stage per seed would be; the metrics the seeds record under every_seed(config) are then
-    gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
+    each seed a unit of work (runtime/fanout.py: a process each, or a cluster's worker) with its own run record
+    tagged `seed`, as a stage per seed would be, its outputs written here with all the others'; the metrics the
+    seeds record under every_seed(config) are then gathered into <that folder>.json, keyed by their folders
+    (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
     seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
     per_dataset: the stage works on one dataset (False: on all of them, as the report). variant: what tells its
     runs from the same stage's on the same dataset, for their names (an ablation's variant).
