@@ -17,6 +17,7 @@ took in the default run's ablations (the only measurement of them there is).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -24,10 +25,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.repro_timing import STAGE_LINE, STAMPED
+from benchmarks.repro_timing import stage_runs
 
-UNIT_LINE = re.compile(r"^\d+ (?P<name>.+?): (?:.*; )?done in (?P<seconds>[\d.]+) s")
+UNIT_LINE = re.compile(r"^(?P<name>.+?): (?:.*; )?done in (?P<seconds>[\d.]+) s")
 HERE = 2  # this machine's workers (cores) in the measured run
+SEEDED = ("one_step", "gradient_flow", "train", "ablation")  # the stages that run every seed, a unit each
 
 
 @dataclass
@@ -53,25 +55,11 @@ class StageCost:
 
 def stage_costs(log: Path, phase_cells: dict[str, int]) -> list[StageCost]:
     """Each stage of the log with its units; `phase_cells`: a phase stage's name -> its cells."""
-    stages: list[StageCost] = []
-    units: dict[str, list[float]] = defaultdict(list)
-    start = last = None
-    for line in log.read_text().splitlines():
-        stamped = STAMPED.match(line)
-        if not stamped:
-            continue
-        now = int(stamped.group(1))
-        stage = STAGE_LINE.match(line)
-        if stage:
-            if stages:
-                stages[-1].wall = float(now - start)
-            stages.append(StageCost(stage.group(2), 0.0, []))
-            start = now
-        elif stages and (unit := UNIT_LINE.match(line)) and "," not in unit["name"]:  # a fit's line names parents
-            units[stages[-1].name].append(float(unit["seconds"]))
-        last = now
-    if stages:
-        stages[-1].wall = float(last - start)
+    runs, _ = stage_runs(log)
+    stages = [StageCost(run.name, run.seconds, []) for run in runs]
+    units = {run.name: [float(unit["seconds"]) for line in run.lines if (unit := UNIT_LINE.match(line))
+                        and "," not in unit["name"]]  # a fit's line names its parents after commas
+             for run in runs}
     for stage in stages:
         if stage.name in phase_cells:  # a row: its cells, each the row's two-worker time split evenly
             cells = phase_cells[stage.name]
@@ -102,9 +90,6 @@ def scaled(stages: list[StageCost], seeds: int, phase_factor: int) -> list[Stage
         bigger.wall = stage.overhead + bigger.makespan(HERE)  # the overhead kept, the units' makespan grown
         larger.append(bigger)
     return larger
-
-
-SEEDED = ("one_step", "gradient_flow", "train", "ablation")  # the stages whose units are their seeds
 
 
 def pipeline_table(stages: list[StageCost], workers: tuple[int, ...]) -> list[str]:
@@ -142,8 +127,6 @@ class StepCost:
 
 def epochs_per_seed(folder: Path) -> float:
     """The mean over the seeds of a default-run ablation's epochs, its kept fit's and its control's."""
-    import json
-
     runs = [json.loads(path.read_text()) for path in sorted(folder.glob("seed*/metrics.json"))]
     if not runs:
         raise FileNotFoundError(f"{folder}: no seed's metrics (run the default pipeline's ablations first)")

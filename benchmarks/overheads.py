@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.cost_model import SEEDED
 from benchmarks.timing import timed
 from toksel.data.corpus import PackedSplit
 from toksel.models import one_layer
@@ -49,7 +50,6 @@ sys.exit(run_stage(sys.argv[1], stage.SECTIONS, lambda config, run: None, sys.ar
 """
 
 
-SEEDED = ("one_step", "gradient_flow", "train", "ablation")  # the stages that run every seed
 # run_stage over every seed of base.seeds with a body that only imports the stage's module: where the seeds run in
 # processes of their own, what each process pays before a seed's work.
 NOTHING_SEEDED = """

@@ -44,9 +44,17 @@ def run(log: Path) -> int:
     return code
 
 
-def breakdown(log: Path) -> Breakdown:
-    starts: list[tuple[str, int]] = []
-    last = first = None
+@dataclass(frozen=True)
+class StageRun:
+    name: str  # dvc.yaml's, with its @item
+    seconds: float  # from its "Running stage" line to the next one, or to the end of the run
+    lines: list[str]  # what it printed, stamps left off
+
+
+def stage_runs(log: Path) -> tuple[list[StageRun], float]:
+    """Every stage of a stamped log in order, and the whole run's seconds (first line to last)."""
+    runs: list[tuple[str, int, list[str]]] = []
+    first = last = None
     for line in log.read_text().splitlines():
         stamped = STAMPED.match(line)
         if not stamped:
@@ -55,13 +63,22 @@ def breakdown(log: Path) -> Breakdown:
         first = last if first is None else first
         stage = STAGE_LINE.match(line)
         if stage:
-            starts.append((stage.group(2), int(stage.group(1))))
-    if not starts or last is None:
+            runs.append((stage.group(2), last, []))
+        elif runs:
+            runs[-1][2].append(line[stamped.end():])
+    if not runs or last is None:
         raise ValueError(f"{log}: no stage was run")
+    stops = [start for _, start, _ in runs[1:]] + [last]
+    found = [StageRun(name, float(stop - start), lines) for (name, start, lines), stop in zip(runs, stops, strict=True)]
+    return found, float(last - first)
+
+
+def breakdown(log: Path) -> Breakdown:
+    runs, total = stage_runs(log)
     stages: dict[str, list[float]] = defaultdict(list)
-    for (name, start), (_, stop) in zip(starts, [*starts[1:], ("end", last)], strict=True):
-        stages[name.split("@")[0]].append(float(stop - start))
-    return Breakdown(dict(stages), float(last - first))
+    for run in runs:
+        stages[run.name.split("@")[0]].append(run.seconds)
+    return Breakdown(dict(stages), total)
 
 
 def table(logs: list[Path]) -> list[str]:
