@@ -16,7 +16,7 @@ import pandas as pd
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure, verdict_counts
-from toksel.claims.measurements import seed_metrics
+from toksel.claims.measurements import ablation_runs
 from toksel.claims.rebuttal import compare_with_tables
 from toksel.report import markdown
 from toksel.report.comparison import variants_comparison
@@ -38,20 +38,16 @@ def _bins(folder, seed: int) -> pd.DataFrame:
 
 def ablation_report(config: Config, run: RunRecord) -> None:
     settings, seeds = config.ablation, config.training_seeds
-    variants = {(dataset, variant): seed_metrics(results_dir("ablation", f"{dataset}/{variant}"), seeds)
+    runs = {dataset: ablation_runs(dataset, config) for dataset in settings.datasets}
+    variants = {(dataset, variant): {seed: runs[dataset][seed][variant] for seed in seeds}
                 for dataset in settings.datasets for variant in settings.variants}
     for (dataset, variant), by_seed in variants.items():
         for seed, metrics in by_seed.items():
             if not metrics:
                 require_output(seed_dir(results_dir("ablation", f"{dataset}/{variant}"), seed) / "metrics.json",
                                f"ablation@{dataset}-{variant}-{seed}")
-    one_layer = {dataset: seed_metrics(results_dir("train", f"{dataset}/trained"), seeds)
-                 for dataset in settings.datasets}
-    measurements = []
-    for dataset in settings.datasets:
-        runs = {seed: {variant: variants[dataset, variant][seed] for variant in settings.variants}
-                | {"one_layer_trained": one_layer[dataset][seed]} for seed in seeds}
-        measurements += [measure(claim, dataset, runs) for claim in CLAIMS if claim.producer == "ablation_report"]
+    measurements = [measure(claim, dataset, runs[dataset]) for dataset in settings.datasets for claim in CLAIMS
+                    if claim.producer == "ablation_report"]
     write_json(OUT / "claims.json", [item.as_record() for item in measurements])
 
     multiclass = results_dir("train", f"{settings.multiclass}/trained")

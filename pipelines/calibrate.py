@@ -1,28 +1,45 @@
-"""Stage `calibrate`: every claim family's verdict rule on known answers (toksel.calibration): its power at the
-paper's size, how often it holds at half of it, and its false-positive rate on a realistic null, each with its
-95 % interval. The theory's families run on small synthetic data (calibration.synthetic), the training families
-on each dataset their claims are judged on (its own token statistics; the seed-to-seed spread of its runs for
-the accuracy gap). Writes results/calibration/: calibration.json, metrics.json and rates.png; the report renders
-calibration.json as its table (this stage renders nothing, so editing how the report looks never reruns it).
+"""Stage `calibrate`: every claim family's verdict rule against known answers (toksel.calibration), on every
+dataset its claims are judged on and in that dataset's regime: the holding rate along a ladder of planted effects
+(an operating curve, each rate with its Wilson interval), the power at the paper's size, the false-positive rate
+at the null, the effect where the power reaches 0.8. The one step's families run on each dataset's own data, d and
+eta0; the flow's on fresh draws of each synthetic dataset's generator with its own flow settings (on real data the
+growth of |p_t| has no known answer to plant); the training families on each dataset's own token statistics and
+the seed-to-seed spread of its runs. Writes results/calibration/: calibration.json, metrics.json and rates.png (the
+curves); the report renders calibration.json as its table.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
+import zlib
+from collections.abc import Callable, Sequence
 
 from tqdm import tqdm
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.calibration.curves import TokenPopulation
-from toksel.calibration.families import FAMILIES, DataAnswers, row, theory_answers, uncalibrated_rows
+from toksel.calibration.families import (
+    FAMILIES,
+    NO_GROWTH_ANSWER,
+    REFERENCE_FIDELITY,
+    Answers,
+    Family,
+    PlantedAnswers,
+    flow_answers,
+    row,
+    step_answers,
+    uncalibrated_rows,
+)
+from toksel.calibration.theory import FlowRegime, StepRegime
 from toksel.claims.catalogue import BY_ID, in_scope
-from toksel.claims.measurements import MATCHED, grid_runs
+from toksel.claims.measurements import dataset_runs
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.report.plots import calibration_figure, save_figure
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config, load_config
+from toksel.runtime.config import Config, dataset_configs
 from toksel.runtime.io import write_json
 from toksel.runtime.paths import results_dir
 from toksel.runtime.progress import show_progress
@@ -32,54 +49,97 @@ SECTIONS = STAGE_SECTIONS["calibrate"]
 OUT = results_dir("calibration", "")
 
 
-def judged_on(family_claims: list[str], config: Config) -> list[str]:
-    """The datasets any of the claims is measured on."""
-    data = {name: load_config([f"dataset={name}"]).data for name in config.datasets}
+def judged_on(family: Family, config: Config, datasets: dict[str, Config]) -> list[str]:
+    """The datasets any of the family's claims is measured on."""
+    claims = [claim for claim in BY_ID.values() if claim.family == family.name]
     return [name for name in config.datasets
-            if any(in_scope(BY_ID[claim], name, data[name], config) for claim in family_claims)]
+            if any(in_scope(claim, name, datasets[name].data, config) for claim in claims)]
 
 
 def accuracy_spread(dataset: str, config: Config) -> float | None:
-    """The seed-to-seed standard deviation of test accuracy in the dataset's runs under the claims' protocol,
-    pooled over the trained and untrained arms; None before the train stage has run on it."""
-    runs = grid_runs(dataset, config, MATCHED)
+    """The seed-to-seed standard deviation of test accuracy in the dataset's runs under the claims' protocol (each
+    arm's kept fit), pooled over the trained and untrained arms; None before the train stage has run on it."""
+    runs = dataset_runs(dataset, config, arms=True)
     arms = [[seed[arm]["test_accuracy"] for seed in runs.values() if arm in seed] for arm in ("trained", "untrained")]
     if any(len(values) < 2 for values in arms):
         return None
     return statistics.fmean(statistics.variance(values) for values in arms) ** 0.5
 
 
-def calibrate(config: Config, run: RunRecord) -> None:
+def trained_fidelity(dataset: str, config: Config) -> tuple[float, float]:
+    """How closely the dataset's trained arm follows the statistics it learnt, (E_s^T p's, E_s^T v's): the mean over
+    the training seeds of its noise-corrected U rise and rank correlation (about 1 for a score that follows its
+    training statistic exactly), kept inside (0.05, 0.99); (0.8, 0.8) before the train stage has run."""
+    runs = dataset_runs(dataset, config, arms=True)
+
+    def mean(metric: str) -> float:
+        values = [seed["trained"][metric] for seed in runs.values() if isinstance(seed.get("trained", {}).get(metric),
+                                                                                  int | float)]
+        return float(min(max(statistics.fmean(values), 0.05), 0.99)) if values else REFERENCE_FIDELITY
+
+    return mean("u_rise_corrected"), mean("spearman_v_alpha_corrected")
+
+
+def salt(dataset: str) -> int:
+    """The dataset's own stream of the known answers' random numbers."""
+    return zlib.crc32(dataset.encode())
+
+
+class Sources:
+    """The known answers of every dataset, made when a family first asks for them."""
+
+    def __init__(self, config: Config, datasets: dict[str, Config], progress: Callable[[], None]) -> None:
+        self.config, self.datasets, self.progress = config, datasets, progress
+        self._made: dict[tuple[str, str], Answers | PlantedAnswers] = {}
+
+    def for_family(self, family: Family, dataset: str) -> tuple[Answers | PlantedAnswers | None, str]:
+        """The answers the family reads on `dataset`, or None with the reason there are none."""
+        own = self.datasets[dataset]
+        kind = family.source if family.source in ("one_step", "flow") else "planted"
+        if family.source == "flow" and own.data.source != "synthetic":
+            return None, NO_GROWTH_ANSWER
+        if kind == "planted" and family.source == "accuracy" and accuracy_spread(dataset, self.config) is None:
+            return None, f"the train stage has not run on {dataset}"
+        if (kind, dataset) not in self._made:
+            self._made[kind, dataset] = self._make(kind, dataset, own)
+        return self._made[kind, dataset], ""
+
+    def _make(self, kind: str, dataset: str, own: Config) -> Answers | PlantedAnswers:
+        config = self.config
+        if kind == "one_step":
+            folders = tuple(str(data_dir(dataset, seed)) for seed in config.base.seeds)
+            return step_answers(StepRegime(folders, own.model.d, own.one_step.eta0, salt(dataset)), config,
+                                self.progress)
+        if kind == "flow":
+            regime = FlowRegime(own.data.synthetic, own.model.d, own.one_step.eta0, own.gradient_flow,
+                                len(own.flow_seeds), salt(dataset))
+            return flow_answers(regime, config, self.progress)
+        tokens = read_token_table(data_dir(dataset, config.training_seeds[0]) / "tokens.csv")
+        return PlantedAnswers(TokenPopulation.of(tokens, config.train.heldout_min_count),
+                              accuracy_spread(dataset, config), trained_fidelity(dataset, config), config,
+                              len(config.training_seeds), salt(dataset))
+
+
+def calibrate(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
+    datasets = dataset_configs(config.datasets, overrides)  # each dataset's regime, as its stages read it
     rows = []
-    with tqdm(total=config.calibration.replicates, desc="calibration: the theory's replicates",
-              disable=not show_progress()) as bar:
-        theory = theory_answers(config, len(config.base.seeds), bar.update)
-    for family in (family for family in FAMILIES if family.source == "theory"):
-        rows.append(row(family, "calibration.synthetic", theory[family.name], config))
-    answers: dict[str, DataAnswers] = {}
-    for family in (family for family in FAMILIES if family.source != "theory"):
-        claims = [claim.id for claim in BY_ID.values() if claim.family == family.name]
-        datasets = judged_on(claims, config)
-        if not datasets:
-            rows.append(row(family, "-", None, config, "none of its datasets is in this pipeline"))
-        for dataset in datasets:
-            if dataset not in answers:
-                tokens = read_token_table(data_dir(dataset, config.training_seeds[0]) / "tokens.csv")
-                population = TokenPopulation.of(tokens, config.train.heldout_min_count)
-                answers[dataset] = DataAnswers(population, accuracy_spread(dataset, config), config,
-                                               len(config.training_seeds), salt=len(answers) + 1)
-            drawn = answers[dataset]
-            if family.source == "accuracy" and drawn.accuracy_spread is None:
-                rows.append(row(family, dataset, None, config, f"the train stage has not run on {dataset}"))
-                continue
-            rows.append(row(family, dataset, drawn.replicates(family), config))
+    with tqdm(desc="calibration: known answers", unit=" draws", disable=not show_progress()) as bar:
+        sources = Sources(config, datasets, bar.update)
+        for family in FAMILIES:
+            where = judged_on(family, config, datasets)
+            if not where:
+                rows.append(row(family, "-", None, config, "none of its datasets is in this pipeline"))
+            for dataset in where:
+                answers, reason = sources.for_family(family, dataset)
+                rows.append(row(family, dataset, None if answers is None else answers.for_family(family), config,
+                                reason))
     rows += uncalibrated_rows()
     write_json(OUT / "calibration.json", rows)
     save_figure(calibration_figure(rows), OUT / "rates.png")
     run.log_artifact(OUT / "rates.png")
     run.log_artifact(OUT / "calibration.json")
-    metrics = {f"{item['family']}_{item['data']}_{condition}": item[condition]["rate"] for item in rows
-               for condition in ("power", "half", "null") if condition in item}
+    metrics = {f"{item['family']}_{item['data']}_{name}": item[name]["rate"] for item in rows
+               for name in ("power", "null") if name in item}
     judged = [item for item in rows if "power" in item]
     metrics |= {"families_calibrated": float(sum(item["calibrated"] for item in judged)),
                 "families_measured": float(len(judged))}
@@ -87,7 +147,9 @@ def calibrate(config: Config, run: RunRecord) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("calibrate", SECTIONS, calibrate, argv, per_dataset=False)
+    overrides = sys.argv[1:] if argv is None else list(argv)  # each dataset's config takes them too
+    return run_stage("calibrate", SECTIONS, functools.partial(calibrate, overrides=overrides), argv,
+                     per_dataset=False)
 
 
 if __name__ == "__main__":

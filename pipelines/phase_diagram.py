@@ -13,6 +13,7 @@ cos_max_margin.png, one_step_error.png, summary.md and metrics.json.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -20,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from pipelines.sections import STAGE_SECTIONS
-from toksel.claims.catalogue import BY_ID, measure
+from toksel.claims.catalogue import BY_ID, Measurement, measure
+from toksel.claims.verdict import seed_interval
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.report import markdown
@@ -32,7 +34,14 @@ from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, write_csv, write_json
 from toksel.runtime.paths import phase_cell_key, phase_row_dir, results_dir
 from toksel.runtime.records import RunRecord
-from toksel.theory.phase import Window, edge_factor, fit_power_law, measured_window, predicted_window
+from toksel.theory.phase import (
+    Window,
+    edge_factor,
+    factor_range,
+    fit_power_law,
+    measured_window,
+    predicted_window,
+)
 
 SECTIONS = STAGE_SECTIONS["phase_diagram"]
 OUT = results_dir("phase_diagram", "")
@@ -82,14 +91,19 @@ def seed_values(cells: pd.DataFrame, mean_abs_alpha: float) -> dict[str, float |
     error's |log-log slope + 1/2| in d, and the same for the update along v (its control)."""
     values: dict[str, float | None] = {}
     for which in ("low", "high"):
-        ours, control = [], []
+        ours, control, ranges = [], [], []
         for d, row in cells.groupby("d"):
-            edge = measured_window(row["eta0"].to_numpy(), row["selects"].to_numpy()).edge(which)
+            window = measured_window(row["eta0"].to_numpy(), row["selects"].to_numpy())
+            edge = window.edge(which)
             predicted = predicted_window(mean_abs_alpha, int(d))[0 if which == "low" else 1]
             if edge is not None:
                 ours.append(edge_factor(edge, predicted))
                 control.append(edge_factor(edge, CONTROL_LAWS[which](mean_abs_alpha, d)))
+                ranges.append(factor_range(window.bracket(which), predicted))
         values[f"{which}_edge_factor"] = max(ours) if ours else None
+        # The grid fixes an edge only to its bracket: the factors any edge inside the brackets would give.
+        values[f"{which}_edge_factor_least"] = max(low for low, _ in ranges) if ranges else None
+        values[f"{which}_edge_factor_most"] = max(high for _, high in ranges) if ranges else None
         values[f"control_{which}_edge_factor"] = max(control) if control else None
         values[f"{which}_edges_compared"] = float(len(ours))
     # The one-step error does not depend on eta0 (E1 - E0 is eta0 times the gradient): one value per d.
@@ -172,12 +186,27 @@ def phase_measurements(config: Config, by_seed: dict[int, dict[str, float | None
     found = []
     for claim, which in (("phase_lower_edge", "low"), ("phase_upper_edge", "high")):
         compared = [values[f"{which}_edges_compared"] for values in by_seed.values()]
-        found.append(measure(BY_ID[claim], data, runs, f"{grid}, {min(compared):.0f} to {max(compared):.0f} edges "
-                                                       "bracketed per seed"))
+        measured = measure(BY_ID[claim], data, runs, f"{grid}, {min(compared):.0f} to {max(compared):.0f} edges "
+                                                     "bracketed per seed")
+        found.append(with_brackets(measured, [values[f"{which}_edge_factor_least"] for values in by_seed.values()],
+                                   [values[f"{which}_edge_factor_most"] for values in by_seed.values()]))
     slopes = [values["one_step_error_slope"] for values in by_seed.values() if values["one_step_error_slope"]]
     found.append(measure(BY_ID["phase_error_slope"], data, runs,
                          f"{grid}: slope {markdown.number(float(np.mean(slopes)) if slopes else None)} on average"))
     return found
+
+
+def with_brackets(measured: Measurement, least: list[float | None], most: list[float | None]) -> Measurement:
+    """The measurement with an interval that holds the grid's coarseness too: from the lower 95 % end over the seeds
+    of each seed's smallest factor its brackets allow, to the upper end of their largest (where every seed reads the
+    same grid cells, the brackets themselves)."""
+    finite = [value for value in measured.values if value is not None]
+    if not finite or any(value is None for value in (*least, *most)):
+        return measured
+    low, high = seed_interval(least), seed_interval(most)
+    ends = (low.low if low.exists else min(least), high.high if high.exists else max(most))
+    return dataclasses.replace(measured, bounds=(float(np.mean(finite)), *ends),
+                               method="the seeds' 95 % interval of their grid brackets' ends")
 
 
 def selection_grid(grid: pd.DataFrame) -> list[str]:

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 
 from pipelines.sections import STAGE_SECTIONS
+from toksel.report.changes import read_ledger
+from toksel.report.counting import under_control
 from toksel.report.document import (
     d_sweep_rows,
     figures,
@@ -30,13 +32,15 @@ from toksel.report.document import (
     rows,
     sensitivity,
     tally,
+    with_counting,
+    with_history,
 )
 from toksel.report.forest import verdicts_figure
-from toksel.report.header import dataset_configs, header
+from toksel.report.header import header
 from toksel.report.plots import save_figure
 from toksel.report.readings import all_shown, readings_html, readings_markdown
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
+from toksel.runtime.config import Config, dataset_configs
 from toksel.runtime.io import write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
@@ -52,13 +56,19 @@ TITLE = "toksel: the paper's claims in our runs"
 def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
     measurements = read_measurements()
     datasets = dataset_configs(config.datasets, overrides)  # as the stages read them: d, the data's source
-    sections, found = rows(config, measurements, datasets), sensitivity(config, measurements)
-    first = header(config, [(row.data, row.assessment) for section in sections.values() for row in section],
-                   datasets, run.tags)
+    calibration = read_calibration()
+    sections = with_counting(rows(config, measurements, datasets), calibration, config.report.family_alpha)
+    sections = with_history(sections, read_ledger(), config)  # the ledger: each rule fixed before or after the data
+    found = sensitivity(config, measurements)
+    every = [row for section in sections.values() for row in section]
+    counted = [(row.data, under_control(row.assessment, row.counting)) for row in every
+               if row.counting.counted or not row.assessment.judged]
+    uncounted = [(row.data, row.assessment, row.counting.reason) for row in every
+                 if row.assessment.judged and not row.counting.counted]
+    first = header(config, counted, datasets, run.tags, not_counted=uncounted)
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
     shown = figures(config)
     reviews = all_shown(config)  # what the kept models select in real test reviews
-    calibration = read_calibration()
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
     readings = {"md": "\n".join(readings_markdown(reviews)) + ("\n" if reviews else ""), "html": readings_html(reviews)}
@@ -71,7 +81,7 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     counts = tally(sections)
     run.record_metrics(OUT / "metrics.json", counts)
     verdicts = {f"{prefix}{name}": counts[f"{origin}_{name}"] for origin, prefix in (("claims", ""), ("ours", "ours_"))
-                for name in ("held", "failed", "inconclusive")}
+                for name in ("held", "failed", "inconclusive", "held_holm", "not_counted")}
     write_json(OUT / "verdicts.json", verdicts)  # its DVC metrics: the paper's claims, and ours apart
     print(f"report: {first.verdict.lead} {headline(counts)} {OUT / 'report.html'}")
 

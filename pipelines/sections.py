@@ -6,6 +6,8 @@ dependency on the parameters: a stage reruns when a value it reads changes, and 
 """
 
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    # The ledger reads params.yaml whole and git's history, neither through these sections: dvc.yaml runs it always.
+    "ledger": (),
     "prepare": ("base.data_seed", "base.seeds", "data"),
     "one_step": ("base.seeds", "base.data_seed", "model", "one_step"),
     "gradient_flow": ("base.seeds", "model", "gradient_flow"),
@@ -18,7 +20,8 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "phase": ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon", "phase.tolerance",
               "evaluate.min_selection_fraction"),
     "phase_diagram": ("base.seeds", "phase", "evaluate"),
-    "calibrate": ("base.seeds", "train", "gradient_flow", "calibration", "report", "evaluate", "ablation"),
+    "calibrate": ("base.seeds", "data", "model", "one_step", "train", "gradient_flow", "calibration", "report",
+                  "evaluate", "ablation", "datasets"),
     "report": ("profile", "base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase",
-               "d_sweep"),
+               "d_sweep", "sequence"),
 }

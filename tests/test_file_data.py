@@ -52,8 +52,9 @@ def test_a_file_dataset_added_by_params_alone_runs_through_every_stage(own_proje
     for stage in (prepare, one_step, gradient_flow, evaluate):
         assert stage.main(SMALL) == 0, stage.__name__
     results = own_project / "results"
-    metrics = json.loads((results / "prepare" / "mine" / "metrics.json").read_text())["all"]
+    metrics = json.loads((results / "prepare" / "mine" / "metrics.json").read_text())["seed0"]
     assert (metrics["n_train"], metrics["n_test"]) == (24, 6)  # data.test_fraction 0.2 of the 30 rows
+    assert metrics["bootstrap"] == 1 and metrics["distinct_train_rows"] < 24  # the seed's resample of the 24
     summary = (results / "evaluate" / "mine" / "summary.md").read_text()
     assert "| Lemma 4.1:" in summary and "| Lemma 4.2:" in summary
     slope = json.loads((results / "one_step" / "mine" / "seed0" / "metrics.json").read_text())["slope"]
@@ -62,6 +63,23 @@ def test_a_file_dataset_added_by_params_alone_runs_through_every_stage(own_proje
     assert any(word in top for word in GOOD + BAD)
     record = json.loads((own_project / "runs" / "one_step" / "mine.json").read_text())["runs"][0]
     assert record["inputs"][0]["name"] == "mine" and record["inputs"][0]["source"] == "data/own/reviews.csv"
+
+
+def test_each_seed_resamples_a_split_used_whole_and_a_subsample_of_every_row_says_so(own_project, recwarn):
+    """A dataset used whole (or a subsample that takes every row, here max_train 2,175 of 24 rows): every draw would
+    hold the same rows, so each seed trains on its own bootstrap resample; the test split stays whole. Without
+    bootstrap, one draw that every seed reads."""
+    assert prepare.main(["dataset=mine", "base.seeds=[0,1]", "data.max_train=2175"]) == 0
+    assert any("data.max_train = 2,175 takes every one of the 24 rows of the train split" in str(warning.message)
+               for warning in recwarn)
+    folder = own_project / "data" / "processed" / "mine"
+    from toksel.data.corpus import PackedSplit
+
+    first, second = (PackedSplit.load(folder / f"seed{seed}" / "train.npz") for seed in (0, 1))
+    assert first.n == second.n == 24 and not np.array_equal(first.bag_tokens, second.bag_tokens)
+    assert (folder / "seed0" / "test.npz").read_bytes() == (folder / "seed1" / "test.npz").read_bytes()
+    assert prepare.main(["dataset=mine", "base.seeds=[0,1]", "data.bootstrap=false"]) == 0
+    assert json.loads((folder / "draws.json").read_text()) == {"0": "all", "1": "all"}
 
 
 def test_the_mlflow_input_follows_the_files_content(own_project):
@@ -208,7 +226,7 @@ def test_dvc_reruns_a_file_datasets_stages_when_its_file_changes_and_only_then(d
     assert stages_run(dvc(dvc_project, "repro", *targets)) == ["check_params"]  # no dataset's settings moved
     reviews(36).to_csv(own / "reviews.csv", index=False)
     assert stages_run(dvc(dvc_project, "repro", *targets)) == ["check_params", "prepare@mine"]
-    metrics = json.loads((dvc_project / "results" / "prepare" / "mine" / "metrics.json").read_text())["all"]
+    metrics = json.loads((dvc_project / "results" / "prepare" / "mine" / "metrics.json").read_text())["seed0"]
     assert metrics["n_train"] + metrics["n_test"] == 36
 
 

@@ -63,3 +63,24 @@ def test_selection_of_every_versus_any_important_token():
     # Row 0 selects none of its important tokens, row 1 one of two, row 2 its only one.
     assert selection_fraction(selected, important, split) == 1 / 3
     assert selection_fraction(selected, important, split, every=False) == 2 / 3
+
+
+def test_the_least_distance_solve_matches_clarabel_on_assumption1_data():
+    """The pipeline's solver against an interior-point one, on the synthetic data's own kind of problem: each
+    sequence's important token against its others, E after the one step."""
+    from toksel.data.prepared import prepare_synthetic
+    from toksel.runtime.config import load_config
+    from toksel.theory.one_step import one_step_from_initialisation
+
+    config = load_config(["dataset=synthetic", "data.synthetic.n_train=120", "model.d=128"])
+    prepared = prepare_synthetic(config.data.synthetic, (0, 1))
+    train, tokens = prepared.splits["train"], prepared.tokens
+    E = one_step_from_initialisation(train, tokens, 128, 3, 40.0).E1
+    pairs = constraint_pairs(tokens.important[train.bag_tokens], train)
+    solution = solve_max_margin(E, pairs)
+    p = cp.Variable(E.shape[1])
+    cp.Problem(cp.Minimize(cp.sum_squares(p)), [(E[pairs[:, 0]] - E[pairs[:, 1]]) @ p >= 1]).solve(cp.CLARABEL)
+    assert solution.status == "optimal" and len(pairs) > 100
+    assert cosine(solution.direction, p.value) > 1 - 1e-8
+    np.testing.assert_allclose(solution.norm, np.linalg.norm(p.value), rtol=1e-6)
+    assert abs(normalized_margin(solution.direction, solution.differences) * solution.norm - 1) < 1e-9

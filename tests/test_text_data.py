@@ -46,8 +46,9 @@ def mirror_project(project, monkeypatch):
     write_mirror(project / "mirror")
     monkeypatch.setenv("TOKSEL_DATA_MIRROR", str(project / "mirror"))
     params = OmegaConf.load(project / "params.yaml")
-    params.datasets.tiny = {"data": {"source": "hub", "hub_id": "example/tiny"}, "model": {"d": 32},
-                            "one_step": {}, "gradient_flow": {}, "train": {}}
+    # Used whole, without bootstrap: one draw, data/processed/tiny/all/, the mirror's rows as they are.
+    params.datasets.tiny = {"data": {"source": "hub", "hub_id": "example/tiny", "bootstrap": False},
+                            "model": {"d": 32}, "one_step": {}, "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, project / "params.yaml")
     return project
 
@@ -212,7 +213,7 @@ def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_
     three = TRAIN.assign(label=[2, 2, 1, 0, 0, 1, 0])
     write_mirror(mirror_project / "mirror", name="three", train=three, test=THREE_TEST)
     params = OmegaConf.load(mirror_project / "params.yaml")
-    params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
+    params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3, "bootstrap": False},
                              "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
     assert prepare.main(["dataset=three"]) == 0
@@ -246,7 +247,7 @@ def test_a_multiclass_dataset_runs_through_every_stage_with_k_output_vectors(mir
     write_mirror(mirror_project / "mirror", name="three", train=TRAIN.assign(label=[2, 2, 1, 0, 0, 1, 0]),
                  test=THREE_TEST)
     params = OmegaConf.load(mirror_project / "params.yaml")
-    params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3},
+    params.datasets.three = {"data": {"source": "hub", "hub_id": "example/three", "num_classes": 3, "bootstrap": False},
                              "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}, "train": {}}
     OmegaConf.save(params, mirror_project / "params.yaml")
     small = ["dataset=three", "base.seeds=[0]", "gradient_flow.horizon=100"]

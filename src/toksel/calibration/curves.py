@@ -92,23 +92,26 @@ def _count_alpha(counts: np.ndarray) -> np.ndarray:
 
 def planted(statistic: np.ndarray, fidelity: float, rng: np.random.Generator, tighter: float = 1.0) -> np.ndarray:
     """Scores that follow `statistic` with correlation `fidelity` on its normal scores (its ranks, mapped to a
-    standard normal: a statistic's heavy tail, a few frequent tokens, would otherwise swamp the rest); `tighter`
-    divides their scatter (an arm whose curve is that many times tighter)."""
+    standard normal: a statistic's heavy tail, a few frequent tokens, would otherwise swamp the rest); fidelity 0:
+    scores that carry nothing of it; `tighter` divides their scatter (an arm whose curve is that many times
+    tighter)."""
     from scipy.stats import norm, rankdata  # here: a second to import, which only this stage pays
 
     ranks = rankdata(statistic, axis=0)
     standard = norm.ppf(ranks / (len(statistic) + 1))
-    scatter = math.sqrt(1 / fidelity**2 - 1) / tighter
-    return standard + scatter * rng.standard_normal(statistic.shape)
+    scatter = math.sqrt(1 - fidelity**2) / tighter
+    return fidelity * standard + scatter * rng.standard_normal(statistic.shape)
 
 
-def model_scores(learnt: TokenTable, fidelity: float, rng: np.random.Generator,
+def model_scores(learnt: TokenTable, fidelity: float | tuple[float, float], rng: np.random.Generator,
                  tighter: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(E_s^T p, E_s^T v) of a planted model: the <cls> score follows |posterior difference| (a U), the value
-    score alpha_s (for K classes each v_k its alpha_s^(k)), both as the model learnt them."""
-    score_p = planted(np.abs(learnt.column("posterior_difference")), fidelity, rng, tighter)
+    score alpha_s (for K classes each v_k its alpha_s^(k)), both as the model learnt them; fidelity: one for
+    both, or (p's, v's)."""
+    fidelity_p, fidelity_v = fidelity if isinstance(fidelity, tuple) else (fidelity, fidelity)
+    score_p = planted(np.abs(learnt.column("posterior_difference")), fidelity_p, rng, tighter)
     alpha = learnt.column("alpha") if learnt.binary else learnt.per_class("alpha").T
-    return score_p, planted(alpha, fidelity, rng, tighter)
+    return score_p, planted(alpha, fidelity_v, rng, tighter)
 
 
 def curve_statistics(population: TokenPopulation, strength: float, fidelity: float, settings: CurveSettings,
@@ -126,10 +129,11 @@ def curve_statistics(population: TokenPopulation, strength: float, fidelity: flo
     return metrics
 
 
-def spread_statistics(population: TokenPopulation, tighter: float, fidelity: float, settings: CurveSettings,
-                      rng: np.random.Generator) -> dict[str, float]:
+def spread_statistics(population: TokenPopulation, tighter: float, fidelity: tuple[float, float],
+                      settings: CurveSettings, rng: np.random.Generator) -> dict[str, float]:
     """One seed: a full-training arm and an arm whose scatter is `tighter` times smaller, on one draw of the
-    data; the ratio of their spreads, raw and scale-free, for E_s^T v and E_s^T p (the spread claims' statistics)."""
+    data; the ratio of their spreads, raw and scale-free, for E_s^T v and E_s^T p (the spread claims' statistics).
+    fidelity: (p's, v's) of the full-training arm, as the real trained arm's own statistics measure them."""
     table, learnt = population.draw(1.0, rng)
     trained = spreads(binned_curves(table, *model_scores(learnt, fidelity, rng), settings))
     frozen = spreads(binned_curves(table, *model_scores(learnt, fidelity, rng, tighter), settings))

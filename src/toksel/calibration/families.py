@@ -1,32 +1,52 @@
-"""Every claim family's verdict rule on known answers: power, holding at half the effect, false positives.
+"""Every claim family's verdict rule against known answers, as an operating characteristic per dataset.
 
 A family is the claims that share a statistic and a verdict rule. For each it names one of its claims (whose
-rule, threshold and comparison are the family's), the statistic the known answers produce, and which answers:
-`power` (the effect at the paper's size), `half` (at half of it) and `null` (absent on a realistic null). For a
-size check, the effect at half the paper's size is its null: a size check must not hold there. Each answer is
-`calibration.replicates` verdicts of as many seeds as the claims run. A family is calibrated when its power is at
-least 0.8 and its false-positive rate at most 0.1.
+rule, threshold and comparison are the family's), the statistic the known answers produce, where they come from,
+and a ladder of planted effects fixed here, before any rate was seen, to bracket the rule's threshold: from the
+null (the effect absent) past the paper's size. On each dataset its claims are judged on, the rule's holding rate
+is measured at every rung (toksel.calibration.operating), in that dataset's regime: its own data, d, eta0 and
+flows for the theory, its own token statistics and their sampling noise for the training claims.
+
+A family is calibrated on a dataset when its power at the paper's size (or, where the paper gives no number, at
+the family's reference effect) is at least 0.8 and its false-positive rate at the null at most 0.1; a rule blind
+at the paper's size does not count there. The rates' precision: a Wilson half-width of calibration.precision where
+a replicate is cheap (the one step, planted statistics), calibration.flow_precision where it follows flows.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toksel.calibration.curves import TokenPopulation, accuracy_gaps, curve_statistics, spread_statistics
-from toksel.calibration.rates import Rate, holding_rate
-from toksel.calibration.theory import HALF, theory_replicate
+from toksel.calibration.operating import (
+    POWER,
+    DrawMany,
+    Precision,
+    loop,
+    operating_curve,
+    power_crossing,
+    rate_at,
+)
+from toksel.calibration.theory import FlowRegime, StepRegime, flow_unit, step_unit
 from toksel.claims.catalogue import BY_ID, Claim, config_value
 from toksel.claims.measurements import curve_settings
 from toksel.runtime.config import Config
 from toksel.runtime.fanout import map_units
 
-MIN_POWER, MAX_FALSE_POSITIVES = 0.8, 0.1
+MAX_FALSE_POSITIVES = 0.1
 PAPER_GAP = 0.23  # the rebuttal's 0.95 - 0.72
+SHARES = (0.0, 0.5, 0.8, 0.9, 0.94, 0.97, 0.99, 1.0)  # the one step's: its rules sit near all of the signal
+FLOW_SHARES = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
+PENALTIES = (0.25, 0.05, 0.01, 0.002, 0.0)  # lambda T: 0.25 is Lemma 4.2's control, 0 the flow itself
+FIDELITIES = (0.0, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95)  # the planted model's correlation with what it learnt
+# Where the paper gives no number (a curve that rises, a U): a planted model that follows what it learnt with
+# correlation 0.8, a clear trend whose noise-corrected statistic reads about 0.8, half again the threshold 0.5.
+REFERENCE_FIDELITY = 0.8
 
 
 @dataclass(frozen=True)
@@ -35,48 +55,67 @@ class Family:
     claim: str  # the claim whose rule the family shares
     statistic: str  # the key of the known answers' statistics it reads
     known_answers: str  # what is planted, in words
-    conditions: tuple[str, ...] = ("power", "half", "null")  # the answers it is run on
-    source: str = "theory"  # theory | curves | spread | accuracy
-    paper_size: float = 1.0  # the planted effect at the paper's size (spread: how many times tighter)
+    source: str  # one_step | flow | curves | spread | accuracy
+    ladder: tuple[float, ...]  # the planted effects, in `unit`
+    unit: str
+    reference: float  # where its power is read: the paper's size, or the reference effect where it gives none
+    null: float  # where its false-positive rate is read: the effect absent, or a size the check must not pass
+    paper: bool = True  # whether `reference` is the paper's own size
 
     @property
-    def checks_size(self) -> bool:
-        """A size check, whose null is the effect at half the paper's size."""
-        return BY_ID[self.claim].kind == "size"
+    def flows(self) -> bool:
+        return self.source == "flow"
 
 
-THEORY_ANSWERS = ("small Assumption-1 data (calibration.synthetic, d, eta0), each seed its own draw; the step on "
-                  "labels with all, half or none of their signal, then the flow on the true labels")
-CURVE_ANSWERS = ("the dataset's tokens redrawn per seed (their training and held-out counts from their own "
-                 "posteriors); a model following its training draw's statistic (calibration.model_fidelity); the "
-                 "training draw keeps all, half or none of the labels' signal")
+STEP = ("the one step on the dataset's own training split (each seed's draw), its labels keeping a share of their "
+        "signal, from initialisations drawn at its d; regressed on the true alpha_s")
+FLOW = ("fresh draws of the dataset's own generator at its d, eta0, horizon and tolerance: the one step on labels "
+        "keeping a share of their signal, then the flow on the true labels")
+CURVES = ("the dataset's tokens redrawn per seed (their training and held-out counts from their own posteriors); a "
+          "planted model that follows the statistic it learnt from its training draw with a correlation (the ladder)")
+
+
+def _spread(vector: str, size: float) -> tuple[Family, Family]:
+    ladder = (1.0, 1.5, 2.0, size / 2, size, 2 * size)
+    answers = ("two planted arms on one draw of the dataset's tokens, the first as close to what it learnt as the real "
+               "trained arm (its noise-corrected rank statistics), the second's scatter k times smaller; k = 1 is an "
+               "A/A pair")
+    return (Family(f"spread_{vector}", f"spread_ratio_{vector}", f"bin_spread_{vector}", answers, "spread", ladder,
+                   "k, times tighter", size, 1.0),
+            Family(f"spread_size_{vector}", f"spread_ratio_{vector}_size", f"bin_std_{vector}", answers, "spread",
+                   ladder, "k, times tighter", size, size / 2))
+
 
 FAMILIES: tuple[Family, ...] = (
-    Family("one_step", "lemma41_linear", "pearson_r", THEORY_ANSWERS),
-    Family("one_step_size", "lemma41_slope", "slope_rel_error", THEORY_ANSWERS + "; its null: half the signal, "
-           "so half the slope", conditions=("power", "null")),
-    Family("growth", "lemma42_growth", "log_growth", "as for one_step; the null: the flow after the true step on "
-           "the loss plus a weak L2 penalty (gradient_flow.control_penalty / T), bounded",
-           conditions=("power", "null")),
-    Family("selection", "lemma44_selection", "selection_fraction", THEORY_ANSWERS),
-    Family("direction", "theorem43_direction", "cos_max_margin_important", THEORY_ANSWERS),
-    Family("rank", "v_increasing", "spearman_v_alpha_corrected", CURVE_ANSWERS, source="curves"),
-    Family("side_rise", "mlp_v_positive_side", "posterior_v_rise_positive_corrected", CURVE_ANSWERS + "; its E_s^T v "
-           "follows the posterior difference, the x of the rebuttal's table", source="curves"),
-    Family("u_shape", "p_u_shape", "u_rise_corrected", CURVE_ANSWERS, source="curves"),
-    *(Family(f"spread_{vector}", f"spread_ratio_{vector}", f"bin_spread_{vector}",
-             f"two planted arms on one draw of the dataset's tokens, the second's scatter {size:g} times smaller "
-             f"(half: {size / 2:g}; null: the same, A/A)", source="spread", paper_size=size)
-      for vector, size in (("v", 8.0), ("p", 6.0))),
-    *(Family(f"spread_size_{vector}", f"spread_ratio_{vector}_size", f"bin_std_{vector}",
-             f"as spread_{vector}; its null: half the paper's factor", conditions=("power", "null"), source="spread",
-             paper_size=size) for vector, size in (("v", 8.0), ("p", 6.0))),
-    Family("accuracy_gap", "accuracy_gap", "gap", "test accuracies per seed, the trained arm 0.23 (half: 0.115; null: "
-           "0, A/A) above the untrained one, each with the seed-to-seed spread of our runs", source="accuracy",
-           paper_size=PAPER_GAP),
+    Family("one_step", "lemma41_linear", "pearson_r", STEP, "one_step", SHARES, "share of the labels' signal", 1.0,
+           0.0),
+    # A size check must not pass a slope 10 % off, twice its 5 % tolerance.
+    Family("one_step_size", "lemma41_slope", "slope_rel_error", STEP, "one_step", SHARES,
+           "share of the labels' signal", 1.0, 0.9),
+    Family("growth", "lemma42_growth", "log_growth", FLOW + "; on the loss plus lambda/2 |p|^2, lambda = penalty / "
+           "horizon, a flow with a finite minimiser (bounded by construction); 0: the flow itself", "flow",
+           PENALTIES, "penalty lambda T", 0.0, 0.25),
+    Family("selection", "lemma44_selection", "selection_fraction", FLOW, "flow", FLOW_SHARES,
+           "share of the labels' signal in the step", 1.0, 0.0),
+    Family("direction", "theorem43_direction", "cos_max_margin_important", FLOW, "flow", FLOW_SHARES,
+           "share of the labels' signal in the step", 1.0, 0.0),
+    Family("rank", "v_increasing", "spearman_v_alpha_corrected", CURVES + "; its E_s^T v follows alpha_s", "curves",
+           FIDELITIES, "fidelity", REFERENCE_FIDELITY, 0.0, paper=False),
+    Family("side_rise", "mlp_v_positive_side", "posterior_v_rise_positive_corrected", CURVES + "; its E_s^T v "
+           "follows the posterior difference, the x of the rebuttal's table", "curves", FIDELITIES, "fidelity",
+           REFERENCE_FIDELITY, 0.0, paper=False),
+    Family("u_shape", "p_u_shape", "u_rise_corrected", CURVES + "; its E_s^T p follows |posterior difference|",
+           "curves", FIDELITIES, "fidelity", REFERENCE_FIDELITY, 0.0, paper=False),
+    *_spread("v", 8.0),
+    *_spread("p", 6.0),
+    Family("accuracy_gap", "accuracy_gap", "gap", "test accuracies per seed, the trained arm a planted gap above the "
+           "untrained one (0: A/A), each with the seed-to-seed spread of our runs", "accuracy",
+           (0.0, 0.01, 0.02, 0.05, 0.1, PAPER_GAP), "gap", PAPER_GAP, 0.0),
     Family("accuracy_gap_size", "accuracy_gap_size", "gap", "as accuracy_gap; its null: half the paper's gap",
-           conditions=("power", "null"), source="accuracy", paper_size=PAPER_GAP),
+           "accuracy", (PAPER_GAP / 4, PAPER_GAP / 2, 0.17, PAPER_GAP, 0.35, 2 * PAPER_GAP), "gap", PAPER_GAP,
+           PAPER_GAP / 2),
 )
+BY_NAME = {family.name: family for family in FAMILIES}
 # The families whose verdicts read a method's own interval, not a spread over seeds: shown as uncalibrated.
 UNCALIBRATED = {
     "phase_edge": ("no known answer but the law under test: a window with planted edges would need the scale "
@@ -84,105 +123,110 @@ UNCALIBRATED = {
     "error_slope": ("no known answer but the law under test: the one step's error at each d is what the claim "
                     "reads, with nothing to plant in it"),
 }
+NO_GROWTH_ANSWER = ("no known answer: whether the flow on p grows without bound on data with d < V is what the "
+                    "claim asks; only a bounded flow (the null) can be planted there")
+
+Unit = tuple[float, ...]  # what one draw of known answers is: a (share, replicate), a (share, penalty, replicate)
 
 
-def strength(family: Family, condition: str) -> float:
-    """The planted effect of a condition, as the share of the labels' signal (or the spread's factor, the gap)."""
-    if family.source == "spread":  # how many times tighter; its null: the same (A/A), or for a size check half
-        null = family.paper_size / 2 if family.checks_size else 1.0
-        return {"power": family.paper_size, "half": family.paper_size / 2, "null": null}[condition]
-    size = family.paper_size
-    if family.checks_size:  # its null: half the paper's effect
-        return {"power": size, "null": size * HALF}[condition]
-    return {"power": size, "half": size * HALF, "null": 0.0}[condition]
+class Answers:
+    """One source of known answers on one dataset, drawn by unit (each unit's every seed) through the fan-out, each
+    unit once: the families that read the same draws share them (the one step's two; the flow's three, growth's
+    rung without a penalty being the flow after the full step)."""
+
+    def __init__(self, work: Callable[[Unit], Sequence[dict[str, Any]]], config: Config,
+                 progress: Callable[[], None]) -> None:
+        self.work, self.config, self.progress = work, config, progress
+        self._drawn: dict[Unit, Sequence[dict[str, Any]]] = {}
+
+    def for_family(self, family: Family) -> DrawMany:
+        def unit(effect: float, replicate: int) -> Unit:
+            if family.source == "one_step":
+                return effect, replicate
+            return (1.0, effect, replicate) if family.name == "growth" else (effect, 0.0, replicate)
+
+        def draw(pairs: Sequence[tuple[float, int]]) -> list[Sequence[float | None]]:
+            units = [unit(*pair) for pair in pairs]
+            missing = list(dict.fromkeys(item for item in units if item not in self._drawn))
+            found = map_units(self.work, missing, self.config.compute, "processes", self.progress)
+            self._drawn |= dict(zip(missing, found, strict=True))
+            return [[seed.get(family.statistic) for seed in self._drawn[item]] for item in units]
+
+        return draw
 
 
-Replicates = dict[str, list[list[float | None]]]  # condition -> replicate -> the statistic on each seed
+def precision(family: Family, config: Config) -> Precision:
+    settings = config.calibration
+    if family.flows:
+        return Precision(settings.flow_precision, settings.max_flow_replicates)
+    return Precision(settings.precision, settings.max_replicates)
 
 
-def _theory_seeds(settings: Any, flow: Any, seeds: int, replicate: int) -> list[dict[str, dict[str, float | None]]]:
-    return [theory_replicate(settings, flow, replicate, seed) for seed in range(seeds)]
+def step_answers(regime: StepRegime, config: Config, progress: Callable[[], None]) -> Answers:
+    return Answers(functools.partial(step_unit, regime), config, progress)
 
 
-def theory_answers(config: Config, seeds: int, progress: Callable[[], None] = lambda: None
-                   ) -> dict[str, Replicates]:
-    """family name -> its replicates, for the theory's families, from one pass over the replicates' seeds."""
-    families = [family for family in FAMILIES if family.source == "theory"]
-    answers: dict[str, Replicates] = {family.name: {condition: [] for condition in family.conditions}
-                                      for family in families}
-    # Each replicate is a small problem, seeded by itself alone, mostly Python around small arrays: a process each
-    # (threads would wait on each other's interpreter), the same numbers in the same order wherever they run.
-    work = functools.partial(_theory_seeds, config.calibration, config.gradient_flow, seeds)
-    for per_seed in map_units(work, range(config.calibration.replicates), config.compute, "processes", progress):
-        for family in families:
-            for condition in family.conditions:
-                # A size check's null is the half-size answer.
-                answer = "half" if family.checks_size and condition == "null" else condition
-                answers[family.name][condition].append([seed[answer][family.statistic] for seed in per_seed])
-    return answers
+def flow_answers(regime: FlowRegime, config: Config, progress: Callable[[], None]) -> Answers:
+    return Answers(functools.partial(flow_unit, regime), config, progress)
 
 
-class DataAnswers:
-    """The known answers drawn on one dataset: each draw (a strength or a spread factor, a replicate, a seed) made
-    once, from its own seeded generator, and shared by the families that read it."""
+class PlantedAnswers:
+    """The training families' known answers on one dataset's token statistics, or test accuracies with the
+    spread of its runs: cheap draws, made in this process from their own seeded generators."""
 
-    def __init__(self, population: TokenPopulation | None, accuracy_spread: float | None, config: Config, seeds: int,
-                 salt: int) -> None:
+    def __init__(self, population: TokenPopulation | None, accuracy_spread: float | None,
+                 fidelity: tuple[float, float], config: Config, seeds: int, salt: int) -> None:
         self.population, self.accuracy_spread, self.config, self.seeds, self.salt = (
             population, accuracy_spread, config, seeds, salt)
+        self.fidelity = fidelity  # the real trained arm's, (p's, v's): the scatter the spread's arms start from
         self.settings = curve_settings(config.train)  # the claims' own binning and choice of tokens
         self._drawn: dict[tuple, dict[str, float]] = {}
 
     def _rng(self, *key: float) -> np.random.Generator:
         return np.random.default_rng((self.config.calibration.seed, self.salt, *(round(1000 * k) for k in key)))
 
-    def _draw(self, source: str, planted: float, replicate: int, seed: int) -> dict[str, float]:
-        key = (source, planted, replicate, seed)
+    def _statistics(self, source: str, effect: float, replicate: int, seed: int) -> dict[str, float]:
+        key = (source, effect, replicate, seed)
         if key not in self._drawn:
-            rng = self._rng(len(source), planted, replicate, seed)
-            fidelity = self.config.calibration.model_fidelity
-            draw = spread_statistics if source == "spread" else curve_statistics
-            self._drawn[key] = draw(self.population, planted, fidelity, self.settings, rng)
+            rng = self._rng(len(source), replicate, seed)  # the same draws at every effect
+            if source == "spread":
+                self._drawn[key] = spread_statistics(self.population, effect, self.fidelity, self.settings, rng)
+            else:
+                self._drawn[key] = curve_statistics(self.population, 1.0, effect, self.settings, rng)
         return self._drawn[key]
 
-    def replicates(self, family: Family) -> Replicates:
-        answers: Replicates = {}
-        for condition in family.conditions:
-            planted = strength(family, condition)
-            if family.source == "accuracy":
-                answers[condition] = [accuracy_gaps(planted, self.accuracy_spread, self.seeds,
-                                                    self._rng(0, planted, replicate))
-                                      for replicate in range(self.config.calibration.replicates)]
-                continue
-            answers[condition] = [[self._draw(family.source, planted, replicate, seed)[family.statistic]
-                                   for seed in range(self.seeds)]
-                                  for replicate in range(self.config.calibration.replicates)]
-        return answers
+    def for_family(self, family: Family) -> DrawMany:
+        if family.source == "accuracy":
+            return loop(lambda gap, replicate: accuracy_gaps(gap, self.accuracy_spread, self.seeds,
+                                                             self._rng(0, replicate)))
+        return loop(lambda effect, replicate: [self._statistics(family.source, effect, replicate, seed)[
+            family.statistic] for seed in range(self.seeds)])
 
 
-def row(family: Family, where: str, answers: Replicates | None, config: Config, reason: str = "") -> dict[str, Any]:
-    """A family's row of the calibration table: its rates with their intervals, and whether it is calibrated."""
+def row(family: Family, where: str, draw: DrawMany | None, config: Config, reason: str = "") -> dict[str, Any]:
+    """A family's row of the calibration table on one dataset: its operating curve, the power at its reference
+    effect, the false-positive rate at its null, where the power reaches 0.8, and whether it is calibrated."""
     claim = BY_ID[family.claim]
     base = {"family": family.name, "data": where, "claim": family.claim, "known_answers": family.known_answers,
-            "rule": f"{claim.measures}; holds when its interval (over {_seeds_text(answers)}) lies "
-                    f"{_rule(claim, config)}"}
-    if answers is None:
+            "rule": f"{claim.measures}; holds when its interval lies {_rule(claim, config)}", "unit": family.unit,
+            "reference": family.reference, "paper": family.paper, "null_effect": family.null}
+    if draw is None:
         return base | {"calibrated": False, "reason": reason or "not computed"}
-    rates: dict[str, Rate] = {condition: holding_rate(claim, replicates, config)
-                              for condition, replicates in answers.items()}
-    power, null = rates["power"].rate, rates["null"].rate
-    calibrated = power >= MIN_POWER and null <= MAX_FALSE_POSITIVES
-    why = [] if calibrated else [text for text, bad in (
-        (f"power {power:.2f} < {MIN_POWER}", not power >= MIN_POWER),
-        (f"false positives {null:.2f} > {MAX_FALSE_POSITIVES}", not null <= MAX_FALSE_POSITIVES)) if bad]
-    return base | {condition: rate.as_record() for condition, rate in rates.items()} | {
-        "calibrated": calibrated, "reason": "; ".join(why)}
-
-
-def _seeds_text(answers: Replicates | None) -> str:
-    if not answers:
-        return "the claim's seeds"
-    return f"{len(next(iter(answers.values()))[0])} seeds"
+    wanted = precision(family, config)
+    curve = operating_curve(claim, config, family.ladder, draw, wanted)
+    power, null = rate_at(curve, family.reference), rate_at(curve, family.null)
+    crossing = power_crossing(curve) if family.ladder == tuple(sorted(family.ladder)) else power_crossing(
+        [point | {"effect": -point["effect"]} for point in curve])
+    if family.ladder != tuple(sorted(family.ladder)):  # a ladder that runs down: the crossing on its own scale
+        crossing = {key: None if value is None else -value for key, value in crossing.items()}
+    calibrated = power["rate"] >= POWER and null["rate"] <= MAX_FALSE_POSITIVES
+    why = [text for text, bad in ((f"power {power['rate']:.2f} < {POWER} at "
+                                   f"{'the paper' if family.paper else 'the reference'}'s {family.reference:g}",
+                                   power["rate"] < POWER),
+                                  (f"false positives {null['rate']:.2f} > {MAX_FALSE_POSITIVES}",
+                                   null["rate"] > MAX_FALSE_POSITIVES)) if bad]
+    return base | {"curve": curve, "power": power, "null": null, "crossing": crossing, "precision": wanted.target,
+                   "calibrated": calibrated, "reason": "; ".join(why)}
 
 
 def _rule(claim: Claim, config: Config) -> str:
@@ -198,6 +242,6 @@ def uncalibrated_rows() -> list[dict[str, Any]]:
     for name, reason in UNCALIBRATED.items():
         claims = [claim for claim in BY_ID.values() if claim.family == name]
         rows.append({"family": name, "data": "phase.dataset", "claim": ", ".join(claim.id for claim in claims),
-                     "known_answers": "none", "rule": f"{claims[0].measures}; its t-interval over the seeds",
-                     "calibrated": False, "reason": reason})
+                     "known_answers": "none", "rule": f"{claims[0].measures}; its interval", "calibrated": False,
+                     "reason": reason})
     return rows

@@ -24,7 +24,16 @@ from dataclasses import asdict, dataclass, field
 from functools import reduce
 from typing import Any
 
-from toksel.claims.verdict import Interval, given_interval, judge, judge_within, seed_interval
+from toksel.claims.verdict import (
+    Interval,
+    PValues,
+    given_interval,
+    judge,
+    judge_size,
+    judge_within,
+    p_values,
+    seed_interval,
+)
 
 CONTROL_PREFIX = "control_"  # a run's control value of metric m is its metric control_<m>
 NEXT_SEED = "_next"  # a run of the next seed (cyclically), for an A/A control: "trained_next"
@@ -104,6 +113,11 @@ class Claim:
     requires: tuple[str, ...] = ()  # what its lemma needs of the data (REQUIREMENTS); elsewhere: exploratory
     paper_value: float | None = None  # a size claim's number
     bug: str = ""  # a plausible bug that would make the control pass
+    # The threshold is the null's own value (a gap of 0): a control without the effect straddles it, so the
+    # control behaves when it does not hold, where every other control must fail.
+    null_at_threshold: bool = False
+    protocol: str = ""  # how the runs it reads were trained, where there is more than one way ("": the stage's one)
+    settings: tuple[str, ...] = ()  # the params.yaml keys that set its protocol or its test's level (the ledger)
 
     def value(self, runs: Mapping[str, Mapping[str, Any]]) -> float | None:
         return self.statistic.of(runs)
@@ -129,7 +143,16 @@ SHUFFLE_BUG = ("a shuffle that hands each class its own labels back, or held-out
                "split")
 NULL_STEP = "the same step on labels that carry no signal (shuffled), regressed on the true alpha_s"
 NULL_FLOW = "the same flow with E frozen after a step on labels that carry no signal (shuffled)"
+SIZE_SETTINGS = ("report.size_alpha",)  # a size claim's equivalence test: its level sets the interval it reads
+CONVERGED = "tuned lr, trained to convergence"  # the training claims' protocol (claims/measurements.py)
+TRAINING = ("train.lr_grid", "train.max_epochs", "train.patience")  # what sets that protocol
+FLOW_SETTINGS = ("gradient_flow.horizon", "gradient_flow.tolerance")  # how far and how finely a flow is followed
 A_A = "A/A: the same ratio between the trained arms of two seeds (the next seed's), which differ in nothing claimed"
+
+
+def _trained(producer: str) -> dict[str, Any]:
+    """The protocol of a claim read on the train stage's arms (compare); the ablations train one way."""
+    return {"protocol": CONVERGED, "settings": TRAINING} if producer == "compare" else {}
 
 
 def u_shaped(claim_id: str, source: str, claim: str, scope: str, paper: str, run: str, score: str,
@@ -139,7 +162,7 @@ def u_shaped(claim_id: str, source: str, claim: str, scope: str, paper: str, run
     return Claim(claim_id, source, claim, scope, paper, Statistic((run,), "u_rise_corrected"),
                  f"the smaller, over the two sides of 0, of the Spearman of {score} with |posterior difference| "
                  f"(held-out; {CORRECTED})", ">=", "report.min_rank_agreement", SHUFFLED, producer=producer,
-                 family="u_shape", bug=SHUFFLE_BUG)
+                 family="u_shape", bug=SHUFFLE_BUG, **_trained(producer))
 
 
 def rises_with_alpha(claim_id: str, source: str, claim: str, scope: str, paper: str, run: str,
@@ -149,7 +172,7 @@ def rises_with_alpha(claim_id: str, source: str, claim: str, scope: str, paper: 
     return Claim(claim_id, source, claim, scope, paper, Statistic((run,), "spearman_v_alpha_corrected"),
                  f"Spearman of E_s^T v with alpha_s (held-out; {CORRECTED}); K classes: the smallest over the "
                  "classes", ">=", "report.min_rank_agreement", SHUFFLED, producer=producer, family="rank",
-                 bug=SHUFFLE_BUG)
+                 bug=SHUFFLE_BUG, **_trained(producer))
 
 
 def tighter_curves(vector: str, paper: str, factor: float) -> tuple[Claim, Claim]:
@@ -164,7 +187,8 @@ def tighter_curves(vector: str, paper: str, factor: float) -> tuple[Claim, Claim
                      "over one step then frozen", ">=", "report.min_spread_ratio", A_A,
                      Statistic(("trained", "trained" + NEXT_SEED), f"bin_spread_{vector}", "ratio"), "compare",
                      family=f"spread_{vector}",
-                     bug="one arm's curve binned by the training split's statistics, which it fit")
+                     bug="one arm's curve binned by the training split's statistics, which it fit",
+                     protocol=CONVERGED, settings=TRAINING)
     size = Claim(f"spread_ratio_{vector}_size", "Rebuttal",
                  f"the per-bin std of E_s^T {vector} is about {factor:g} times smaller after one step then frozen",
                  "binary_real", paper, Statistic(("trained", "one_step"), f"bin_std_{vector}", "ratio"),
@@ -172,7 +196,8 @@ def tighter_curves(vector: str, paper: str, factor: float) -> tuple[Claim, Claim
                  "then frozen", "within", "report.size_factor", A_A,
                  Statistic(("trained", "trained" + NEXT_SEED), f"bin_std_{vector}", "ratio"), "compare",
                  family=f"spread_size_{vector}", kind="size", paper_value=factor,
-                 bug="two runs of different length compared raw: |v| and |p| grow with the epochs")
+                 bug="two runs of different length compared raw: |v| and |p| grow with the epochs",
+                 protocol=CONVERGED, settings=TRAINING + SIZE_SETTINGS)
     return presence, size
 
 
@@ -185,41 +210,45 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("lemma41_linear", "Lemma 4.1", "one step on E moves E_s^T v in proportion to alpha_s", "every",
           "linear in alpha_s", Statistic(("step",), "pearson_r"),
           "Pearson r of the update along v with alpha_s (worst class)", ">=", "evaluate.min_pearson_r", NULL_STEP,
-          producer="evaluate", family="one_step", bug=LEMMA41_BUG),
+          producer="evaluate", family="one_step", bug=LEMMA41_BUG, settings=("one_step.eta0",)),
     Claim("lemma41_slope", "Lemma 4.1", "the update along v is eta0 alpha_s / 2", "every",
           "slope eta0/2 (eta0 for K classes)", Statistic(("step",), "slope_rel_error"),
           "|slope - theory| / theory of the update along v on alpha_s (worst class)", "<=",
           "evaluate.max_slope_rel_error", NULL_STEP, producer="evaluate", family="one_step_size", kind="size",
-          bug=LEMMA41_BUG),
+          bug=LEMMA41_BUG, settings=("one_step.eta0", *SIZE_SETTINGS)),
     Claim("lemma42_growth", "Lemma 4.2", "|p_t| grows without bound under gradient flow on p", "every",
           "|p_t| -> infinity", Statistic(("flow",), "log_growth"),
           "the slope of |p_t| against log t over the second half of the flow, t in [T/2, T], over its average slope "
           "since the flow started to move (about 1 for log t growth, 0 for a bounded |p_t| that has settled)", ">=",
           "evaluate.min_log_growth", "the same flow over the same horizon on the loss plus a weak L2 penalty on p "
           "(gradient_flow.control_penalty / T), whose |p_t| is bounded", producer="evaluate", family="growth",
-          requires=("binary", "full_rank"),
+          requires=("binary", "full_rank"), settings=FLOW_SETTINGS,
           bug="growth read over the whole flow, or its first half, where the bounded flow rises too"),
     Claim("lemma44_selection", "Lemma 4.4", "p_t selects the important token of every sequence", "assumption1",
           "every sequence", Statistic(("flow",), "selection_fraction"),
           "fraction of sequences whose important tokens are all selected", ">=",
           "evaluate.min_selection_fraction", NULL_FLOW, producer="evaluate", family="selection",
-          requires=("binary", "assumption1"), bug=FLOW_BUG),
+          requires=("binary", "assumption1"), bug=FLOW_BUG, settings=FLOW_SETTINGS),
     Claim("theorem43_direction", "Theorem 4.3", "p_t / |p_t| converges to the max-margin direction that selects "
           "the important tokens", "assumption1", "cos -> 1",
           Statistic(("flow",), "cos_max_margin_important"),
           "cos(p_T, p_mm), p_mm the max-margin direction separating each sequence's important tokens from the rest",
           ">=", "evaluate.min_cos_max_margin", NULL_FLOW, producer="evaluate", family="direction",
-          requires=("binary", "assumption1"), bug=FLOW_BUG),
-    # Full training of the one-layer model on real data, the three embedding arms under the paper's protocol: one
-    # learning rate (train.lr) for every arm.
+          requires=("binary", "assumption1"), bug=FLOW_BUG, settings=FLOW_SETTINGS),
+    # Full training of the one-layer model on real data, the three embedding arms each at its own best rate and
+    # trained until its validation loss stopped improving (a comparison of arms means something only at convergence).
     Claim("accuracy_gap", "Rebuttal", "trained embeddings beat random frozen ones", "binary_real",
           "test accuracy about 0.95 against 0.72", Statistic(("trained", "untrained"), "test_accuracy", "difference"),
-          "test accuracy, trained minus untrained (E frozen at E0), both at train.lr", ">=",
-          "report.min_accuracy_gap", SHUFFLED, producer="compare", family="accuracy_gap", bug=SHUFFLE_BUG),
+          "test accuracy, trained minus untrained (E frozen at E0), each at its own best rate, trained to "
+          "convergence", ">=",
+          "report.min_accuracy_gap", SHUFFLED, producer="compare", family="accuracy_gap", bug=SHUFFLE_BUG,
+          null_at_threshold=True, protocol=CONVERGED, settings=TRAINING),
     Claim("accuracy_gap_size", "Rebuttal", "trained embeddings beat random frozen ones by about 0.23 in accuracy",
           "binary_real", "gap 0.95 - 0.72 = 0.23", Statistic(("trained", "untrained"), "test_accuracy", "difference"),
-          "test accuracy, trained minus untrained (E frozen at E0), both at train.lr", "within", "report.size_factor",
-          SHUFFLED, producer="compare", family="accuracy_gap_size", kind="size", paper_value=0.23, bug=SHUFFLE_BUG),
+          "test accuracy, trained minus untrained (E frozen at E0), each at its own best rate, trained to convergence",
+          "within", "report.size_factor",
+          SHUFFLED, producer="compare", family="accuracy_gap_size", kind="size", paper_value=0.23, bug=SHUFFLE_BUG,
+          protocol=CONVERGED, settings=TRAINING + SIZE_SETTINGS),
     *tighter_curves("v", "per-bin std about 8 times smaller", 8.0),
     *tighter_curves("p", "per-bin std about 6 times smaller", 6.0),
     rises_with_alpha("v_increasing", "Figure 3", "E_s^T v increases with the token's posterior difference",
@@ -237,8 +266,9 @@ CLAIMS: tuple[Claim, ...] = (
     rises_with_alpha("kq_v_increasing", "Rebuttal table, 2 layers + W_KQ",
                      "E_s^T v increases with the posterior difference", "ablation", "increasing, as in Figure 1",
                      "two_layer_kq", "ablation_report"),
-    u_shaped("mlp_p_v_shape", "Rebuttal table, MLP head", "E_s^T p is V-shaped", "ablation",
-             "V-shaped, lowest (0.59) at x = 0.01", "mlp", "E_s^T p", "ablation_report"),
+    u_shaped("mlp_p_v_shape", "Rebuttal table, MLP head", "E_s^T p is V-shaped (residual MLP, the variant whose "
+             "E_s^T v the side claims read)", "ablation", "V-shaped, lowest (0.59) at x = 0.01", "mlp_residual",
+             "E_s^T p", "ablation_report"),
     Claim("mlp_v_positive_side", "Rebuttal table, MLP head", "E_s^T v increases on the positive side (residual "
           "MLP, whose E_s^T v reads E_s)", "ablation", "increasing for x > 0",
           Statistic(("mlp_residual",), "v_rise_positive_corrected"),
@@ -291,6 +321,11 @@ class Measurement:
     method: str = ""
     protocol: str = ""  # "": the claim's own protocol; else the variant it was measured under (sensitivity)
     regime: dict[str, Any] | None = None  # the dataset's Regime, where the claim's lemma asks something of it
+    budget_bound: list[int] | None = None  # per seed: how many of the fits it reads the epoch budget stopped
+
+    @property
+    def bound_fits(self) -> int:
+        return sum(self.budget_bound or [])
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -314,9 +349,13 @@ def measure(claim: Claim, data: str, runs_by_seed: Mapping[int, Mapping[str, Map
         runs = dict(runs_by_seed[seed])
         return runs | {name + NEXT_SEED: metrics for name, metrics in runs_by_seed[following[seed]].items()}
 
+    def bound(seed: int) -> int:
+        runs = with_next(seed)
+        return sum(runs.get(name, {}).get("budget_bound") == 1 for name in claim.statistic.runs)
+
     return Measurement(claim.id, data, seeds, [claim.value(with_next(seed)) for seed in seeds],
                        [claim.control_value(with_next(seed)) for seed in seeds], detail, protocol=protocol,
-                       regime=None if regime is None else asdict(regime))
+                       regime=None if regime is None else asdict(regime), budget_bound=[bound(seed) for seed in seeds])
 
 
 def claim_metrics(assessed: Sequence[Assessment]) -> dict[str, float | None]:
@@ -379,6 +418,7 @@ class Assessment:
     unmet: tuple[str, ...] = ()  # what the dataset lacks that the claim's lemma needs (then: exploratory)
     judged_verdict: str = ""  # what the rule says even where the claim is exploratory
     extra: dict[str, Any] = field(default_factory=dict)
+    p: PValues | None = None  # the p-values of its verdict's tests (toksel.claims.verdict.p_values)
 
     @property
     def judged(self) -> bool:
@@ -388,7 +428,10 @@ class Assessment:
     @property
     def control_behaved(self) -> bool | None:
         """Whether the control did what a near miss without the effect must: fail the check (True), not hold it
-        (False); None where it did neither (inconclusive, not computed, described, not run)."""
+        (False); None where it did neither (inconclusive, not computed, described, not run). Where the threshold
+        is the null's own value, a control that straddles it behaves too."""
+        if self.control_verdict == "inconclusive" and self.claim.null_at_threshold:
+            return True
         return {"fails": True, "holds": False}.get(self.control_verdict)
 
     @property
@@ -421,10 +464,13 @@ def assess(claim: Claim, measurement: Measurement | None, config: Any) -> Assess
     if claim.kind == "description":
         return Assessment(claim, measurement, threshold, ours, "described", control, "described")
 
-    def verdict(of: Interval) -> str:
+    def verdict(of: Interval, values: list[float | None], bounds: tuple | None) -> str:
+        if claim.kind == "size" and bounds is None:  # an equivalence test: its 90 % interval
+            return judge_size(values, config.report.size_alpha, claim.comparison, threshold, base.band)
         return judge(of, claim.comparison, threshold) if base.band is None else judge_within(of, *base.band)
 
     unmet = tuple(Regime(**measurement.regime).unmet(claim.requires)) if measurement.regime else ()
-    judged = verdict(ours)
+    judged = verdict(ours, measurement.values, measurement.bounds)
     return Assessment(claim, measurement, threshold, ours, "exploratory" if unmet else judged, control,
-                      verdict(control), unmet, judged)
+                      verdict(control, measurement.control, measurement.control_bounds), unmet, judged,
+                      p=p_values(ours, claim.comparison, threshold, base.band))

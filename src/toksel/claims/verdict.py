@@ -10,8 +10,15 @@ deviation. The verdict compares the whole interval with the threshold:
 - `inconclusive` when it straddles the threshold, or when there is no interval (a single seed),
 - `not computed` when no seed gave a finite value.
 
-A size claim is judged against a band around the paper's number instead (`judge_within`): it holds when the
-whole interval lies inside the band, fails when the interval misses the band, and is inconclusive otherwise.
+A size claim is an equivalence test (TOST: two one-sided tests, Schuirmann 1987): it holds when the 90 %
+interval (each one-sided test at 5 %) lies inside the band around the paper's number, or on the claim's side of
+its threshold for a size read as a bound (`judge_size`); it fails when the 95 % interval misses the band, and is
+inconclusive otherwise.
+
+Each verdict has its p-value (`p_values`): a presence claim's one-sided t-test against its threshold (it holds
+exactly when p <= 0.025, the 95 % interval's end), a size claim's TOST p-value (it holds when p <= 0.05), and the
+p-value of the opposite test, for `fails`. toksel.claims.multiplicity controls the error rate across claims with
+them. An interval a method gives itself (a grid's bracket) has no p-value.
 """
 
 from __future__ import annotations
@@ -93,3 +100,59 @@ def judge_within(interval: Interval, low: float, high: float) -> str:
     if low <= interval.low and interval.high <= high:
         return "holds"
     return "fails" if interval.high < low or interval.low > high else "inconclusive"
+
+
+def judge_size(values: Sequence[float | None], alpha: float, comparison: str, threshold: float | None = None,
+               band: tuple[float, float] | None = None) -> str:
+    """A size claim's verdict: `holds` when the 1 - 2 alpha interval (TOST at alpha: 90 % for 5 %) lies inside
+    `band` (or on the claim's side of `threshold`), `fails` when the 95 % interval lies wholly outside it, else
+    `inconclusive`."""
+    equivalence, wide = seed_interval(values, 1 - 2 * alpha), seed_interval(values)
+    if band is not None:
+        holds, missed = judge_within(equivalence, *band), judge_within(wide, *band)
+    else:
+        holds, missed = judge(equivalence, comparison, threshold), judge(wide, comparison, threshold)
+    if holds in ("holds", "not computed"):
+        return holds
+    return "fails" if missed == "fails" else "inconclusive" if equivalence.exists else holds
+
+
+@dataclass(frozen=True)
+class PValues:
+    holds: float  # the p-value of the test whose rejection makes the claim hold
+    fails: float  # of the test whose rejection makes it fail
+
+
+def _student(interval: Interval) -> tuple[float, float, int] | None:
+    """(mean, standard error, degrees of freedom) of a seed interval; None without one."""
+    if interval.n < 2 or not interval.method.endswith("seeds") or not math.isfinite(interval.std):
+        return None
+    return interval.mean, interval.std / math.sqrt(interval.n), interval.n - 1
+
+
+def _above(mean: float, se: float, df: int, bound: float, inclusive: bool = False) -> float:
+    """One-sided p-value of H0: mu below bound (inclusive: the bound itself counts as above it, as a threshold
+    counts for its claim) against mu above it; seeds that agree exactly decide by their common value."""
+    from scipy.stats import t as student_t
+
+    if se == 0:
+        return 0.0 if mean > bound or (inclusive and mean == bound) else 1.0
+    return float(student_t.sf((mean - bound) / se, df))
+
+
+def p_values(interval: Interval, comparison: str, threshold: float | None = None,
+             band: tuple[float, float] | None = None) -> PValues | None:
+    """The p-values of a seed interval's verdict: for `holds`, the one-sided t-test against the threshold (or
+    TOST's larger p-value against the band); for `fails`, the test of the opposite side (or of either side
+    outside the band). None where there is no spread over seeds to test with (one seed, a method's interval)."""
+    student = _student(interval)
+    if student is None:
+        return None
+    mean, se, df = student
+    if band is not None:
+        low, high = band
+        return PValues(max(_above(mean, se, df, low, True), _above(-mean, se, df, -high, True)),
+                       min(_above(mean, se, df, high), _above(-mean, se, df, -low)))
+    if comparison == ">=":
+        return PValues(_above(mean, se, df, threshold, True), _above(-mean, se, df, -threshold))
+    return PValues(_above(-mean, se, df, -threshold, True), _above(mean, se, df, threshold))

@@ -39,6 +39,20 @@ class PackedSplit:
         """Row index of every stored (sequence, token) entry."""
         return np.repeat(np.arange(self.n), np.diff(self.bag_indptr))
 
+    def rows(self, indices: np.ndarray) -> PackedSplit:
+        """The split's rows `indices`, in that order, a row as often as it is named (a bootstrap resample)."""
+        def gather(indptr: np.ndarray, *flat: np.ndarray) -> tuple[np.ndarray, ...]:
+            lengths = np.diff(indptr)[indices]
+            starts = np.repeat(indptr[:-1][indices], lengths)
+            offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            return (np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                    *(array[starts + offsets] for array in flat))
+
+        bag_indptr, bag_tokens, bag_counts = gather(self.bag_indptr, self.bag_tokens, self.bag_counts)
+        seq_indptr, seq_tokens = gather(self.seq_indptr, self.seq_tokens)
+        return PackedSplit(bag_indptr, bag_tokens, bag_counts, seq_indptr, seq_tokens, self.labels[indices],
+                           self.vocab_size)
+
     @classmethod
     def from_sequences(cls, sequences: list[np.ndarray], labels: np.ndarray, vocab_size: int) -> PackedSplit:
         lengths = np.array([len(s) for s in sequences], dtype=np.int64)

@@ -1,11 +1,13 @@
 """Which draw of a dataset each seed reads.
 
-A seed varies the initialisation and, where the data are drawn, the data too: the synthetic generator's
-sequences, and a text dataset's label-balanced subsample of its splits (data.max_train, data.max_test). Each
-such seed has its own draw, data/processed/<dataset>/seed<k>/, from a generator seeded with (base.data_seed, k),
-so that a claim's interval over the seeds holds the spread of the data as well as of the initialisation. A
-dataset used whole (IMDB's 25,000 + 25,000 reviews) has a single draw, data/processed/<dataset>/all/, which every
-seed reads. `prepare` writes draws.json beside them (seed -> folder); the other stages find a seed's data there.
+A seed varies the initialisation and, where the data can vary, the data too: the synthetic generator's
+sequences, a text dataset's label-balanced subsample of its splits (data.max_train, data.max_test), or, for a
+training split used whole (IMDB's 25,000 reviews), a bootstrap resample of its rows (data.bootstrap). Each such seed
+has its own draw, data/processed/<dataset>/seed<k>/, from a generator seeded with (base.data_seed, k), so that a
+claim's interval over the seeds holds the spread of the data as well as of the initialisation. Without bootstrap,
+a dataset used whole has a single draw, data/processed/<dataset>/all/, which every seed reads: its seeds vary the
+initialisation only, and the report says so. `prepare` writes draws.json beside them (seed -> folder); the other
+stages find a seed's data there.
 """
 
 from __future__ import annotations
@@ -23,8 +25,19 @@ MANIFEST = "draws.json"
 
 
 def drawn(data: DataConfig) -> bool:
-    """Whether the data change with the seed: generated, or a subsample of a split."""
-    return data.source == "synthetic" or data.max_train > 0 or data.max_test > 0
+    """Whether the data change with the seed: generated, a subsample of a split, or a bootstrap resample."""
+    return data.source == "synthetic" or data.max_train > 0 or data.max_test > 0 or data.bootstrap
+
+
+def what_varies(data: DataConfig) -> str:
+    """What a seed's draw varies, in a few words (the report's dataset table)."""
+    if data.source == "synthetic":
+        return "data (a fresh draw of the generator) and initialisation"
+    if data.max_train > 0 or data.max_test > 0:
+        resample = " (a bootstrap resample where it takes every row)" if data.bootstrap else ""
+        return f"data (a label-balanced subsample{resample}) and initialisation"
+    return "data (a bootstrap resample of the training rows) and initialisation" if data.bootstrap else \
+        "initialisation only"
 
 
 def draws(data: DataConfig, seeds: Sequence[int]) -> dict[str, int | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,8 +59,16 @@ def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) ->
     """Load, subsample (label-balanced, seeded), tokenize, build the vocabulary on train, encode, truncate."""
     rng = np.random.default_rng(seed)
     loaded = load_text_splits(dataset, data)
-    raw = {split: loaded[split].subset(balanced_subsample(loaded[split].labels, size, rng))
-           for split, size in (("train", data.max_train), ("test", data.max_test))}  # train's draw first
+    raw, every_row = {}, {}
+    for split, size in (("train", data.max_train), ("test", data.max_test)):  # train's draw first
+        rows = balanced_subsample(loaded[split].labels, size, rng)
+        if size and len(rows) == len(loaded[split].labels):
+            warnings.warn(f"{dataset}: data.max_{split} = {size:,} takes every one of the {len(rows):,} rows of the "
+                          f"{split} split: every draw holds the same rows"
+                          + (" (the training rows are then resampled)" if split == "train" and data.bootstrap
+                             else ""), stacklevel=2)
+        raw[split] = loaded[split].subset(rows)
+        every_row[split] = len(rows) == len(loaded[split].labels)
     tokenize = train_tokenizer(data.tokenizer, raw["train"].texts, data.subword_vocab_size)
     tokens = {split: tokenize(text_split.texts) for split, text_split in raw.items()}
     vocab = build_vocabulary(tokens["train"], data.min_count, data.max_vocab)
@@ -81,7 +90,21 @@ def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) ->
         "unknown_rate_test": float(test_unknown),
         "dropped_empty_train": dropped["train"],
         "dropped_empty_test": dropped["test"],
+        "train_every_row": float(every_row["train"]),  # the whole training split: its draws would not differ
     })
+
+
+def bootstrap_draw(prepared: PreparedDataset, num_classes: int, rng: np.random.Generator) -> PreparedDataset:
+    """The draw with its training rows resampled with replacement (as many as it had), its token table recomputed
+    on them; the vocabulary and the test split stay. The seeds then vary the data a dataset used whole gives."""
+    train, test = prepared.splits["train"], prepared.splits["test"]
+    drawn = np.sort(rng.integers(0, train.n, train.n))
+    resampled = train.rows(drawn)
+    check_classes("the bootstrap resample", resampled.labels, num_classes, 0)
+    words = prepared.tokens.words
+    table = token_table(resampled, test, num_classes, words, np.array([word == UNKNOWN for word in words]))
+    return PreparedDataset({"train": resampled, "test": test}, table,
+                           {**prepared.metrics, "bootstrap": 1.0, "distinct_train_rows": float(len(np.unique(drawn)))})
 
 
 def check_classes(name: str, labels: np.ndarray, num_classes: int, dropped: int) -> None:

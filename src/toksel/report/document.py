@@ -12,18 +12,31 @@ stage has not run stays in the report and says so.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
 
-from toksel.claims.catalogue import CLAIMS, REQUIREMENTS, SCOPES, Assessment, Claim, Measurement, assess, in_scope
-from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED
+from toksel.claims.catalogue import (
+    CLAIMS,
+    REQUIREMENTS,
+    SCOPES,
+    Assessment,
+    Claim,
+    Measurement,
+    assess,
+    in_scope,
+    measure,
+)
+from toksel.claims.measurements import EARLY, EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED, claim_runs
 from toksel.claims.verdict import Interval
+from toksel.report.changes import RuleHistory, history
+from toksel.report.counting import Counting, count
 from toksel.report.markdown import number, table
 from toksel.runtime.config import Config, load_config
 from toksel.runtime.io import read_json, write_json, write_text
@@ -36,7 +49,7 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
 }
-PROTOCOLS = (MATCHED, TUNED, EQUAL, THEORY)  # the sensitivity table's rows; MATCHED is the claims' own
+PROTOCOLS = (TUNED, MATCHED, EARLY, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
 CALIBRATION = results_dir("calibration", "") / "calibration.json"
 VERDICT_KINDS = ("holds", "fails", "inconclusive", "not computed")
@@ -58,12 +71,12 @@ def read_calibration(path: Path = CALIBRATION) -> Calibration:
     return read_json(path) if path.exists() else []
 
 
-def family_standing(calibration: Calibration, family: str) -> str:
-    """calibrated (on every dataset it was run on), uncalibrated, or not run."""
-    rows = [row for row in calibration if row["family"] == family]
-    if not rows:
-        return "not run"
-    return "calibrated" if all(row["calibrated"] for row in rows) else "uncalibrated"
+def family_standing(calibration: Calibration, family: str, dataset: str) -> str:
+    """calibrated or uncalibrated on `dataset` (its own calibration row), or not run there."""
+    found = next((row for row in calibration if row["family"] == family and row["data"] == dataset), None)
+    if found is None:
+        return "not calibrated on this dataset"
+    return "calibrated" if found["calibrated"] else "uncalibrated"
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,8 @@ class Row:
     assessment: Assessment
     data: str
     producer: str  # the stage (with its dataset) that measures it, named when it has not run
+    counting: Counting | None = None  # whether it counts, and its verdict under the error control (with_counting)
+    rule: RuleHistory | None = None  # what the ledger says of its rule (with_history)
 
     @property
     def verdict(self) -> str:
@@ -85,7 +100,7 @@ class Row:
 def rows(config: Config, measurements: list[Measurement],
          datasets: Mapping[str, Config] | None = None) -> dict[str, list[Row]]:
     """Every claim on every dataset in its scope, in the registry's order, grouped by section. datasets: each
-    dataset's config (header.dataset_configs); by default params.yaml's."""
+    dataset's config (runtime.config.dataset_configs); by default params.yaml's."""
     configs = datasets or {name: load_config([f"dataset={name}"]) for name in config.datasets}
     data = {name: configs[name].data for name in config.datasets}
     main = {(item.claim, item.data): item for item in measurements if not item.protocol}
@@ -96,6 +111,27 @@ def rows(config: Config, measurements: list[Measurement],
             producer = claim.producer + (f"@{dataset}" if claim.producer in PER_DATASET else "")
             grouped[heading].append(Row(assess(claim, main.get((claim.id, dataset)), config), dataset, producer))
     return grouped
+
+
+def with_counting(sections: dict[str, list[Row]], calibration: Calibration,
+                  family_alpha: float) -> dict[str, list[Row]]:
+    """The rows with whether each counts and its verdict under Holm's procedure across every counted row."""
+    every = [row for section in sections.values() for row in section]
+    found = iter(count([(row.data, row.assessment) for row in every], calibration, family_alpha))
+    return {heading: [dataclasses.replace(row, counting=next(found)) for row in section]
+            for heading, section in sections.items()}
+
+
+def with_history(sections: dict[str, list[Row]], records: list | None, config: Config) -> dict[str, list[Row]]:
+    """The rows with what the ledger says of each one's rule, and its verdict under the rule before the data."""
+    def remeasure(row: Row) -> Callable[[Claim, str], Measurement | None]:
+        def measured(claim: Claim, protocol: str) -> Measurement | None:
+            runs = claim_runs(claim.producer, row.data, config, protocol)
+            return measure(claim, row.data, runs) if runs else None
+        return measured
+
+    return {heading: [dataclasses.replace(row, rule=history(row.assessment, row.data, records, config, remeasure(row)))
+                      for row in section] for heading, section in sections.items()}
 
 
 def sensitivity(config: Config, measurements: list[Measurement]) -> list[tuple[Claim, str, str, Assessment]]:
@@ -111,36 +147,41 @@ def sensitivity(config: Config, measurements: list[Measurement]) -> list[tuple[C
 
 
 def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
-    """Verdict counts of the paper's claims and of ours apart (judged ones: measured, in the lemma's scope, not
-    descriptions), the exploratory and described rows, and the controls of the judged ones."""
-    every = [row.assessment for section in sections.values() for row in section]
-    judged = [item for item in every if item.judged]
+    """Verdict counts of the paper's claims and of ours apart: the rows that count (toksel.report.counting), by
+    their own rule and under the error control across the report; the rows not counted, and why; the controls of
+    the counted rows."""
+    every = [row for section in sections.values() for row in section]
     counts: dict[str, float] = {}
     for origin in ("paper", "ours"):
-        mine = [item for item in every if item.claim.origin == origin]
+        mine = [row for row in every if row.assessment.claim.origin == origin]
+        counted = [row for row in mine if row.counting is not None and row.counting.counted]
         prefix = "claims" if origin == "paper" else "ours"
-        counts[prefix] = float(sum(item.judged or item.measurement is None for item in mine))
-        for verdict, name in zip(VERDICT_KINDS, ("held", "failed", "inconclusive", "not_computed"), strict=True):
-            counts[f"{prefix}_{name}"] = float(sum(item.verdict == verdict for item in mine))
-        counts[f"{prefix}_not_run"] = float(sum(item.measurement is None for item in mine))
-    controlled = [item for item in judged if item.control_interval is not None and item.control_interval.n > 0]
-    return counts | {"exploratory": float(sum(item.verdict == "exploratory" for item in every)),
-                     "described": float(sum(item.verdict == "described" for item in every)),
-                     "controls_not_holding": float(sum(item.control_verdict != "holds" for item in controlled)),
-                     "controls_holding": float(sum(item.control_verdict == "holds" for item in controlled))}
+        counts[prefix] = float(len(counted))
+        for verdict, name in zip(VERDICT_KINDS[:3], ("held", "failed", "inconclusive"), strict=True):
+            counts[f"{prefix}_{name}"] = float(sum(row.assessment.verdict == verdict for row in counted))
+            counts[f"{prefix}_{name}_holm"] = float(sum(row.counting.controlled == verdict for row in counted))
+        counts[f"{prefix}_held_by"] = float(sum(row.counting.controlled_by == "holds" for row in counted))
+        judged = [row for row in mine if row.assessment.judged and row not in counted]
+        counts[f"{prefix}_not_counted"] = float(len(judged))
+        counts[f"{prefix}_not_run"] = float(sum(row.assessment.measurement is None for row in mine))
+    items = [row.assessment for row in every]
+    controlled = [row.assessment for row in every if row.counting is not None and row.counting.counted]
+    return counts | {"exploratory": float(sum(item.verdict == "exploratory" for item in items)),
+                     "described": float(sum(item.verdict == "described" for item in items)),
+                     "controls_behaved": float(sum(item.control_behaved is True for item in controlled))}
 
 
 def headline(counts: dict[str, float]) -> str:
     def part(prefix: str) -> str:
-        return (f"{counts[f'{prefix}_held']:.0f} of {counts[prefix]:.0f} hold, {counts[f'{prefix}_failed']:.0f} fail, "
-                f"{counts[f'{prefix}_inconclusive']:.0f} inconclusive, {counts[f'{prefix}_not_computed']:.0f} not "
-                f"computed, {counts[f'{prefix}_not_run']:.0f} not run")
+        return (f"{counts[f'{prefix}_held_holm']:.0f} of {counts[prefix]:.0f} counted hold under the error control "
+                f"({counts[f'{prefix}_held']:.0f} by their own rule), {counts[f'{prefix}_failed_holm']:.0f} fail "
+                f"({counts[f'{prefix}_failed']:.0f}), {counts[f'{prefix}_inconclusive_holm']:.0f} are inconclusive "
+                f"({counts[f'{prefix}_inconclusive']:.0f}); {counts[f'{prefix}_not_counted']:.0f} judged rows not "
+                f"counted, {counts[f'{prefix}_not_run']:.0f} not run")
 
-    controls = counts["controls_not_holding"] + counts["controls_holding"]
-    return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not counted: {counts['exploratory']:.0f} "
-            f"exploratory (the data lack what the lemma needs) and {counts['described']:.0f} described, not judged. "
-            f"{counts['controls_not_holding']:.0f} of the {controls:.0f} controls of the claims counted do not hold "
-            "on their near miss without the effect (a control must not).")
+    return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not judged: {counts['exploratory']:.0f} "
+            f"exploratory (the data lack what the lemma needs) and {counts['described']:.0f} described. The error "
+            "control is Holm's procedure across every counted row (family-wise error rate report.family_alpha).")
 
 
 def interval_text(interval: Interval | None) -> str:
@@ -157,11 +198,11 @@ def family_anchor(family: str) -> str:
     return f"calibration-{family.replace('_', '-')}"
 
 
-def calibration_cell(claim: Claim, calibration: Calibration, markup: str = "md") -> str:
-    """The claim's family, linked to its rows of the calibration table, with its standing."""
+def calibration_cell(claim: Claim, dataset: str, calibration: Calibration, markup: str = "md") -> str:
+    """The claim's family, linked to its rows of the calibration table, with its standing on the row's dataset."""
     if not claim.family:
         return ""
-    standing = family_standing(calibration, claim.family)
+    standing = family_standing(calibration, claim.family, dataset)
     if markup == "html":
         return f"<a href='#{family_anchor(claim.family)}'>{html.escape(claim.family)}</a> ({standing})"
     return f"[{claim.family}](#{family_anchor(claim.family)}) ({standing})"
@@ -175,19 +216,41 @@ def control_text(verdict: str) -> str:
     return CONTROL_TEXT.get(verdict, verdict)
 
 
+def p_text(row: Row) -> str:
+    """The p-value of the row's own verdict's test (its holds test unless it fails) and, for a counted row, the
+    Holm-adjusted one with the verdict under the control."""
+    item, counting = row.assessment, row.counting
+    if item.p is None:
+        return ""
+    own = item.p.fails if item.verdict == "fails" else item.p.holds
+    if counting is None or not counting.counted:
+        return number(own, ".2g")
+    return f"{number(own, '.2g')}; Holm {number(counting.adjusted, '.2g')}: {counting.controlled}"
+
+
+def counted_text(row: Row) -> str:
+    if row.counting is None:
+        return ""
+    return "yes" if row.counting.counted else f"no: {row.counting.reason}"
+
+
 def cells(row: Row, calibration: Calibration = (), markup: str = "md") -> list[str]:
-    """claim, checks, data, paper, ours, threshold, verdict, control, control verdict, calibration family."""
+    """claim, checks, data, paper, ours, threshold, verdict, its p-value (and under Holm), control, control
+    verdict, calibration family, whether it counts."""
     item, claim = row.assessment, row.assessment.claim
     detail = item.measurement.detail if item.measurement is not None else ""
     ours = "" if item.measurement is None else interval_text(item.interval) + (f"; {detail}" if detail else "")
     control = "" if item.measurement is None else interval_text(item.control_interval)
     return [f"{claim.source}: {claim.statement}", claim.kind, row.data, claim.paper, ours, item.threshold_text,
-            row.verdict, control, "" if item.measurement is None else control_text(item.control_verdict),
-            calibration_cell(claim, calibration, markup)]
+            row.verdict, p_text(row), control,
+            "" if item.measurement is None else control_text(item.control_verdict),
+            calibration_cell(claim, row.data, calibration, markup), counted_text(row),
+            "" if row.rule is None else row.rule.text()]
 
 
-HEADER = ["claim", "checks", "data", "paper", "ours: mean [95 % interval]", "threshold", "verdict", "control",
-          "control's verdict", "calibration"]
+HEADER = ["claim", "checks", "data", "paper", "ours: mean [95 % interval]", "threshold", "verdict",
+          "p; Holm-adjusted: verdict under the control", "control", "control's verdict", "calibration", "counted",
+          "rule: fixed before the data, or changed after"]
 VERDICT_COLUMN, CONTROL_COLUMN = HEADER.index("verdict"), HEADER.index("control's verdict")
 
 
@@ -202,14 +265,30 @@ def markdown_table(table_rows: Iterable[Row], calibration: Calibration = ()) -> 
 
 
 def rate_text(rate: Mapping[str, Any] | None) -> str:
-    """A rate with its 95 % interval: 0.95 [0.86, 0.99]; '-' where the family has no such condition."""
+    """A rate with its 95 % interval: 0.95 [0.86, 0.99]; '-' where there is none."""
     if not rate:
         return "-"
     return f"{rate['rate']:.2f} [{rate['low']:.2f}, {rate['high']:.2f}]"
 
 
-CALIBRATION_HEADER = ["family", "data", "statistic and rule", "claims", "known answers", "power at the paper's size",
-                      "holds at half of it", "false positives on the null", "standing"]
+def crossing_text(row: Mapping[str, Any]) -> str:
+    """Where the power reaches 0.8 along the ladder, with the bracket of rungs whose intervals reach it."""
+    crossing = row.get("crossing") or {}
+    if crossing.get("effect") is None:
+        return "not reached" if "curve" in row else "-"
+    bracket = [crossing.get("low"), crossing.get("high")]
+    shown = ", ".join("?" if end is None else f"{end:g}" for end in bracket)
+    return f"{crossing['effect']:.3g} [{shown}]"
+
+
+def _at(row: Mapping[str, Any], key: str, effect: str) -> str:
+    rate = row.get(key)
+    return "-" if not rate else f"{rate_text(rate)} at {row[effect]:g}"
+
+
+CALIBRATION_HEADER = ["family", "data", "statistic and rule", "claims", "known answers", "planted effect (ladder)",
+                      "power at the paper's size (*: a reference, the paper gives none)", "effect at power 0.8",
+                      "false positives at the null", "replicates a rung", "standing"]
 
 
 def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[str]]:
@@ -224,8 +303,13 @@ def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[st
             name = f"<a id='{family_anchor(family)}'></a>{name}"
             anchored.add(family)
         claims = ", ".join(claim.id for claim in CLAIMS if claim.family == family)
-        lines.append([name, row["data"], row["rule"], claims, row["known_answers"], rate_text(row.get("power")),
-                      rate_text(row.get("half")), rate_text(row.get("null")),
+        curve = row.get("curve", [])
+        ladder = f"{row['unit']}: " + ", ".join(f"{point['effect']:g}" for point in curve) if curve else "-"
+        replicates = (f"{min(point['replicates'] for point in curve)}-{max(point['replicates'] for point in curve)}"
+                      if curve else "-")
+        power = _at(row, "power", "reference") + ("" if row.get("paper", True) or not curve else " *")
+        lines.append([name, row["data"], row["rule"], claims, row["known_answers"], ladder, power,
+                      crossing_text(row), _at(row, "null", "null_effect"), replicates,
                       "calibrated" if row["calibrated"] else f"uncalibrated: {row['reason']}"])
     return lines
 
@@ -254,10 +338,15 @@ def method_note(config: Config) -> str:
 
 
 CALIBRATION_NOTE = ("Each family's statistic and verdict rule, run as the claims run them (the same seeds per "
-                    "verdict, the same threshold), on replicates with a known answer: the effect planted at the "
-                    "paper's size (power), at half of it, and absent on a realistic null (false positives). A rate's "
-                    "95 % interval is Wilson's. A family is calibrated when its power is at least 0.8 and its false-"
-                    "positive rate at most 0.1; for a size check the null is the effect at half the paper's size.")
+                    "verdict, the same threshold), on known answers in each dataset's own regime (its data, d, eta0 "
+                    "and flows; its token statistics and their noise), at every rung of a ladder of planted effects "
+                    "fixed beforehand to bracket the threshold: the operating curve (figure below). Each rate is drawn "
+                    "until "
+                    "its 95 % Wilson interval is within calibration.precision (calibration.flow_precision where a "
+                    "replicate follows flows), or its cap. A family is calibrated on a dataset when its power at the "
+                    "paper's size (a reference effect where the paper gives none) is at least 0.8 and its false-"
+                    "positive rate at the null at most 0.1; a row counts only where its family is calibrated on its "
+                    "dataset.")
 
 
 FAITHFUL = "flow_faithful"
@@ -482,7 +571,9 @@ def figures(config: Config) -> list[tuple[str, Path]]:
     """The figures the report shows, those that exist: captions and paths (the first seed's runs)."""
     seed = f"seed{config.training_seeds[0]}"
     wanted = [("Every claim's interval against its threshold, and its control's", results_dir("report", "")
-               / "verdicts.png")]
+               / "verdicts.png"),
+              ("The operating curves: how often each verdict rule holds as the planted effect grows, per dataset",
+               results_dir("calibration", "") / "rates.png")]
     wanted += [(f"{name}: {what}", results_dir("evaluate", name) / file) for name in config.datasets
                for what, file in (("Lemma 4.1, one step", "one_step.png"), ("gradient flow on p", "gradient_flow.png"),
                                   ("E_s^T v and E_s^T p after gradient flow", "token_scores.png"))]

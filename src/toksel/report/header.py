@@ -15,16 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toksel.claims.catalogue import Assessment, Claim
+from toksel.data.draws import what_varies
 from toksel.report.markdown import number
-from toksel.runtime.config import Config, load_config
+from toksel.runtime.config import Config
 from toksel.runtime.io import read_json
 
 FULL = "full"  # params.yaml's own values: the paper's sizes, the ablations at their CPU size
 # The profiles that run at least the paper's sizes: no warning. Every other profile is a small run.
-AT_SCALE = {FULL: "the paper's sizes", "paper": "the paper's sizes, the ablations' too (profiles/paper.yaml)"}
+AT_SCALE = {FULL: "the paper's sizes for the one-layer model", "paper": "the paper's sizes, the ablations' too "
+            "(profiles/paper.yaml)"}
 NOT_PREPARED = "not prepared"
 UNSETTLED = ("inconclusive", "not computed")
 Judged = tuple[str, Assessment]  # (dataset, its assessment)
+Uncounted = tuple[str, Assessment, str]  # (dataset, its assessment, why it does not count)
 
 
 @dataclass(frozen=True)
@@ -154,12 +157,19 @@ def _controls(judged: Sequence[Judged]) -> str:
     return text + "."
 
 
-def _left_out(judged: Sequence[Judged]) -> str:
+def _left_out(judged: Sequence[Judged], not_counted: Sequence[Uncounted] = ()) -> str:
     items = [item for _, item in judged]
     exploratory = sum(item.verdict == "exploratory" for item in items)
     described = sum(item.verdict == "described" for item in items)
     stages = sorted({item.claim.producer for item in items if item.measurement is None})
     parts = []
+    if not_counted:
+        reasons: dict[str, int] = {}
+        for _, _, reason in not_counted:
+            key = reason.split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        parts.append(f"{len(not_counted)} judged rows not counted (" + "; ".join(
+            f"{count}: {reason}" for reason, count in reasons.items()) + ")")
     if exploratory or described:
         parts.append(f"{exploratory} exploratory (the data lack what the lemma needs) and {described} described: "
                      "shown in the tables, not counted")
@@ -174,19 +184,14 @@ class Verdict:
     items: list[Item]  # the paper's claims by outcome, ours, the controls, what is not counted
 
 
-def verdict(judged: Sequence[Judged]) -> Verdict:
-    """The verdict in words, from each (dataset, assessment) of the report's tables."""
+def verdict(judged: Sequence[Judged], not_counted: Sequence[Uncounted] = ()) -> Verdict:
+    """The verdict in words, from each (dataset, assessment) of the report's tables that counts (its verdict the
+    one under the error control) or is not judged, and the judged rows that do not count, with the reason."""
     paper, ours = standings(judged, "paper"), standings(judged, "ours")
     items = _by_outcome(paper) + ([_ours(ours)] if ours else [])
     items += [Item(label, text) for label, text in (("Controls", _controls(judged)),
-                                                    ("Not counted", _left_out(judged))) if text]
+                                                    ("Not counted", _left_out(judged, not_counted))) if text]
     return Verdict(_lead(paper), items)
-
-
-def dataset_configs(names: Iterable[str], overrides: Sequence[str] = ()) -> dict[str, Config]:
-    """Each dataset's config as its stages read it: its entry's overrides, then the report's command line (the
-    values a stage run by hand with the same `key=value`s had)."""
-    return {name: load_config([*overrides, f"dataset={name}"]) for name in names}
 
 
 def prepared_rows(dataset: str, root: Path = Path("results")) -> tuple[str, str]:
@@ -197,13 +202,16 @@ def prepared_rows(dataset: str, root: Path = Path("results")) -> tuple[str, str]
     draws = list(read_json(path).values())
 
     def rows(key: str) -> str:
-        counts = sorted({int(draw[key]) for draw in draws})
+        counts = sorted({int(draw[key]) for draw in draws if key in draw})
         return f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,}"
 
-    return rows("n_train"), rows("n_test")
+    train = rows("n_train")
+    if any("distinct_train_rows" in draw for draw in draws):  # bootstrap resamples: how many different rows
+        train += f" ({rows('distinct_train_rows')} distinct)"
+    return train, rows("n_test")
 
 
-DATASET_COLUMNS = ["dataset", "data", "classes", "d", "train rows", "test rows"]
+DATASET_COLUMNS = ["dataset", "data", "classes", "d", "train rows", "test rows", "a seed varies"]
 
 
 def dataset_rows(configs: Mapping[str, Config], root: Path = Path("results")) -> list[list[str]]:
@@ -211,8 +219,10 @@ def dataset_rows(configs: Mapping[str, Config], root: Path = Path("results")) ->
     lines = []
     for name, config in configs.items():
         data = config.data
-        source = data.hub_id if data.source == "hub" else f"synthetic ({data.synthetic.mode})"
-        lines.append([name, source, str(data.num_classes), str(config.model.d), *prepared_rows(name, root)])
+        source = {"hub": data.hub_id, "file": f"file {data.path}"}.get(data.source,
+                                                                       f"synthetic ({data.synthetic.mode})")
+        lines.append([name, source, str(data.num_classes), str(config.model.d), *prepared_rows(name, root),
+                      what_varies(data)])
     return lines
 
 
@@ -220,12 +230,21 @@ def _seeds(seeds: Sequence[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
+def ablation_size(config: Config) -> str:
+    """The size the ablations ran at: the paper's, or the CPU profile's smaller one (sequence.scale)."""
+    size = config.sequence.profile
+    reviews = "whole reviews" if size.max_len is None else f"reviews cut to {size.max_len} tokens"
+    rows = "every row" if not size.max_train else f"at most {size.max_train:,} training rows"
+    scale = "the paper's" if config.sequence.scale == "paper" else "not the paper's (sequence.scale: cpu)"
+    return f"the ablations at d {size.d} on {reviews}, {rows}: {scale}"
+
+
 def run_text(config: Config, tags: Mapping[str, str]) -> str:
     """The profile, the seeds, the commit and the DVC experiment, in one paragraph."""
     profile = AT_SCALE.get(config.profile, f"profiles/{config.profile}.yaml's smaller values")
     experiment = tags.get("dvc.experiment") or "none (a run in the workspace, not a DVC experiment)"
-    return (f"Profile {config.profile}: {profile}. Seeds {_seeds(config.base.seeds)} (the theory, the phase "
-            f"diagram); the training and the ablations on {_seeds(config.training_seeds)}. Commit "
+    return (f"Profile {config.profile}: {profile}; {ablation_size(config)}. Seeds {_seeds(config.base.seeds)} (the "
+            f"theory, the phase diagram); the training and the ablations on {_seeds(config.training_seeds)}. Commit "
             f"{tags.get('git_sha', 'unknown')}; DVC experiment: {experiment}. Each dataset's d and its rows:")
 
 
@@ -249,7 +268,10 @@ class Header:
 
 
 def header(config: Config, judged: Sequence[Judged], configs: Mapping[str, Config], tags: Mapping[str, str],
-           root: Path = Path("results")) -> Header:
+           root: Path = Path("results"), not_counted: Sequence[Uncounted] = ()) -> Header:
     """The report's first lines. config: the report stage's; judged: (dataset, assessment) of every row of its
-    tables; configs: each dataset's (dataset_configs); tags: the stage run's (its commit and DVC experiment)."""
-    return Header(warning(config.profile), verdict(judged), run_text(config, tags), dataset_rows(configs, root))
+    tables that counts (its verdict under the error control) or is not judged; not_counted: the judged rows that
+    do not count, with why; configs: each dataset's (dataset_configs); tags: the stage run's (its commit and DVC
+    experiment)."""
+    return Header(warning(config.profile), verdict(judged, not_counted), run_text(config, tags),
+                  dataset_rows(configs, root))

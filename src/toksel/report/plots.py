@@ -255,31 +255,42 @@ def power_law_figure(d: np.ndarray, y: np.ndarray, fitted: np.ndarray, slope: fl
 
 
 def calibration_figure(rows: list[dict]) -> plt.Figure:
-    """Each calibrated family and dataset: how often its verdict rule holds on the effect at the paper's size, at
-    half of it and on the null, with 95 % intervals; the lines mark the bars a calibrated family clears (power
-    0.8, false positives 0.1)."""
-    measured = [row for row in rows if "power" in row]
-    figure, axis = plt.subplots(figsize=(8, 0.32 * len(measured) + 1.6))
-    styles = {"power": ("#1a9850", "o", 0.2), "half": ("#fdae61", "s", 0.0), "null": ("#d73027", "D", -0.2)}
-    for position, row in enumerate(measured):
-        y = len(measured) - 1 - position
-        for condition, (colour, marker, offset) in styles.items():
-            if condition in row:
-                rate = row[condition]
-                axis.plot([rate["low"], rate["high"]], [y + offset] * 2, color=colour, lw=1.6)
-                axis.plot(rate["rate"], y + offset, marker, color=colour, ms=4)
-    for limit, colour in ((0.8, "#1a9850"), (0.1, "#d73027")):
-        axis.axvline(limit, color=colour, ls="--", lw=1)
-    axis.set_yticks(range(len(measured)), [f"{row['family']} ({row['data']})" for row in reversed(measured)],
-                    fontsize=7)
-    axis.set_xlim(-0.03, 1.03)
-    axis.set_xlabel("share of replicates whose verdict is `holds`")
-    handles = [matplotlib.lines.Line2D([], [], color=colour, marker=marker, lw=1.6, label=label)
-               for (colour, marker, _), label in zip(styles.values(), ("effect at the paper's size (power)",
-                                                                       "at half of it", "null (false positives)"),
-                                                     strict=True)]
-    axis.legend(handles=handles, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
-    axis.grid(alpha=0.3, axis="x")
+    """Each family's operating curves, a panel per family and a line per dataset: how often its verdict rule holds
+    at each planted effect, with its 95 % Wilson band; the dotted line marks the paper's size (or the family's
+    reference effect), the dashed one the null, the horizontal lines the power 0.8 and the false-positive rate 0.1
+    a calibrated family must clear."""
+    measured = [row for row in rows if "curve" in row]
+    families = list(dict.fromkeys(row["family"] for row in measured))
+    columns = 4
+    lines = max(1, -(-len(families) // columns))
+    figure, axes = plt.subplots(lines, columns, figsize=(3.2 * columns, 2.6 * lines), squeeze=False)
+    colours = plt.get_cmap("tab10")
+    datasets = list(dict.fromkeys(row["data"] for row in measured))
+    for axis, family in zip(axes.flat, families, strict=False):
+        mine = [row for row in measured if row["family"] == family]
+        for row in mine:
+            points = sorted(row["curve"], key=lambda point: point["effect"])
+            effects = [point["effect"] for point in points]
+            colour = colours(datasets.index(row["data"]) % 10)
+            axis.fill_between(effects, [point["low"] for point in points], [point["high"] for point in points],
+                              color=colour, alpha=0.15, lw=0)
+            axis.plot(effects, [point["rate"] for point in points], "o-", color=colour, ms=3, lw=1.2,
+                      label=row["data"])
+        first = mine[0]
+        axis.axvline(first["reference"], color="#1a9850", ls=":", lw=1)
+        axis.axvline(first["null_effect"], color="#d73027", ls="--", lw=1)
+        for level, colour in ((0.8, "#1a9850"), (0.1, "#d73027")):
+            axis.axhline(level, color=colour, lw=0.6, alpha=0.6)
+        if first["unit"].startswith("k,") or first["unit"].startswith("penalty"):
+            axis.set_xscale("symlog", linthresh=0.002 if first["unit"].startswith("penalty") else 1.0)
+        axis.set_ylim(-0.03, 1.03)
+        axis.set_title(family, fontsize=9)
+        axis.set_xlabel(first["unit"], fontsize=7)
+        axis.tick_params(labelsize=7)
+        axis.legend(fontsize=6, loc="best")
+    for axis in list(axes.flat)[len(families):]:
+        axis.axis("off")
+    axes[0][0].set_ylabel("share holding", fontsize=8)
     figure.tight_layout()
     return figure
 

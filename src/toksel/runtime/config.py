@@ -99,6 +99,9 @@ class DataConfig:
     max_vocab: int = limit(help="keep at most this many most frequent tokens (0: no limit)")
     max_train: int = limit(help="label-balanced, seeded subsample of the train split (0: all)")
     max_test: int = limit(help="label-balanced, seeded subsample of the test split (0: all)")
+    bootstrap: bool = bounded(help="where the training split is used whole (no subsample, or one that takes every "
+                                   "row), each seed trains on its own bootstrap resample of it, so that the seeds "
+                                   "vary the data")
     max_len: Optional[int] = bounded(ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
@@ -267,17 +270,12 @@ class ComputeConfig:
 
 @dataclass
 class CalibrationConfig:
-    replicates: int = bounded(ge=2, help="verdicts per known answer: a rate's 95 % interval is then within "
-                                             "+-0.15 wherever the rate lies")
-    seed: int = bounded(ge=0, help="seed of the replicates' data, initialisations and noise")
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-    d: int = bounded(ge=2, help="embedding dimension of the theory's replicates")
-    eta0: float = bounded(gt=0.0, help="the one step's size in the theory's replicates (inside the window of "
-                                             "selection at this d)")
-    horizon: float = bounded(gt=0.0, help="the flow time of the theory's replicates (their flows after a step on "
-                                               "labels without signal grow stiff beyond it)")
-    model_fidelity: float = bounded(gt=0.0, le=0.999, help="planted token scores follow their training "
-                                                                "statistic with this correlation")
+    seed: int = bounded(ge=0, help="seed of the known answers' draws (data, initialisations, noise)")
+    precision: float = bounded(gt=0.0, le=0.5, help="the Wilson half-width each rate is drawn to where a "
+                                                       "replicate is cheap (the one step, planted statistics)")
+    flow_precision: float = bounded(gt=0.0, le=0.5, help="the same where a replicate follows flows")
+    max_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate is cheap")
+    max_flow_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate follows flows")
 
 
 @dataclass
@@ -305,6 +303,11 @@ class ReportConfig:
                                                        "argument when within this factor of it")
     max_slope_deviation: float = bounded(gt=0.0, help="the one-step error's log-log slope in d agrees with "
                                                             "-1/2 when within this of it")
+    size_alpha: float = bounded(gt=0.0, le=0.25, help="a size claim's equivalence test (TOST): each one-sided "
+                                                              "test at this level, the 1 - 2 alpha interval inside "
+                                                              "the band")
+    family_alpha: float = bounded(gt=0.0, le=0.5, help="the family-wise error rate of the report's counted "
+                                                                "verdicts under Holm's procedure")
 
 
 @dataclass
@@ -575,6 +578,12 @@ def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     Raises ToksError naming the offending key.
     """
     return read_config(overrides, path).config
+
+
+def dataset_configs(names: Iterable[str], overrides: Sequence[str] = ()) -> dict[str, Config]:
+    """Each dataset's config as its stages read it: its entry's overrides, then a stage's command line (the values
+    a stage run by hand with the same `key=value`s had)."""
+    return {name: load_config([*overrides, f"dataset={name}"]) for name in names}
 
 
 def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> ReadConfig:

@@ -51,6 +51,40 @@ def one_gradient_step_on_embeddings(
     return embedding_update(E0, p0, v, bags, eta0).applied(E0, p0, v)
 
 
+def update_along_outputs(scores: np.ndarray, values: np.ndarray, p_dot_v: np.ndarray, bags: FusedBags,
+                         eta0: float) -> np.ndarray:
+    """(E1 - E0)_s^T v_k for every token s and output vector k (orthonormal v_k), from the token scores a = E0 p0,
+    the values B = E0 V and p0^T v_k alone: the step moves E_s by -eta0 (dL/da_s p0 + dL/dB_s V^T), so along v_k
+    by -eta0 (dL/da_s p0^T v_k + dL/dB_sk). What Lemma 4.1's statistics read, without E0 itself. (|S|, K')."""
+    _, grad_scores, grad_values = loss_and_token_gradients(scores, values, bags)
+    return -eta0 * (np.outer(grad_scores, p_dot_v) + grad_values.reshape(len(grad_scores), -1))
+
+
+def projected_initialisation(vocab_size: int, d: int, num_classes: int, rng: np.random.Generator
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A draw of (a, B, p0^T v_k) with the law they have under E0, p0 ~ N(0, I/d) and v (K orthonormal v_k): p0
+    and V drawn in R^d, then each token's projections (E0_s^T p0, E0_s^T v_k), which for E0_s ~ N(0, I/d) are
+    jointly Gaussian with covariance G / d, G the Gram matrix of p0, v_1, ..., v_K. O(|S| K + d K) instead of the
+    |S| x d matrix: the known answers of Lemma 4.1 at the real data's d and vocabulary, by the thousand."""
+    outputs = 1 if num_classes == 2 else num_classes
+    p0 = rng.standard_normal(d) / np.sqrt(d)
+    directions = np.linalg.qr(rng.standard_normal((d, outputs)))[0]
+    basis = np.column_stack([p0, directions])
+    projections = rng.standard_normal((vocab_size, outputs + 1)) @ np.linalg.cholesky(basis.T @ basis / d).T
+    values = projections[:, 1] if outputs == 1 else projections[:, 1:]
+    return projections[:, 0], values, directions.T @ p0
+
+
+def lemma41_statistics(along: np.ndarray, alpha: np.ndarray, slope_theory: float, tokens: np.ndarray
+                       ) -> dict[str, float]:
+    """Lemma 4.1's statistics of an update along the output vectors ((|S|, K')) against alpha_s ((|S|,), or
+    (K, |S|) for K classes) over `tokens`: the worst class's Pearson r and relative slope error."""
+    alphas = alpha.reshape(along.shape[1], -1)[:, tokens]
+    per_class = [_regression(along[tokens, k], alphas[k], slope_theory) for k in range(along.shape[1])]
+    return {"pearson_r": min(item["pearson_r"] for item in per_class),
+            "slope_rel_error": max(item["slope_rel_error"] for item in per_class)}
+
+
 def theory_slope(eta0: float, num_classes: int) -> float:
     """The slope of the update along v (v_k) in alpha_s (alpha_s^(k)): eta0/2 for two classes, eta0 for K."""
     return eta0 / 2 if num_classes == 2 else eta0

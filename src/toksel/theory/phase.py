@@ -35,10 +35,15 @@ class Window:
     holding: int  # cells of the row where it holds
     contiguous: bool  # no failing cell between low and high
 
+    def bracket(self, which: str) -> tuple[float, float] | None:
+        """The two grid cells the edge lies between (failing, holding), in increasing eta0; None if not bracketed."""
+        inside, outside = (self.low, self.below) if which == "low" else (self.high, self.above)
+        return None if inside is None or outside is None else (min(inside, outside), max(inside, outside))
+
     def edge(self, which: str) -> float | None:
         """The edge's estimate: the geometric mean of its bracket; None if the grid does not bracket it."""
-        inside, outside = (self.low, self.below) if which == "low" else (self.high, self.above)
-        return None if inside is None or outside is None else math.sqrt(inside * outside)
+        bracket = self.bracket(which)
+        return None if bracket is None else math.sqrt(bracket[0] * bracket[1])
 
 
 def measured_window(eta0: np.ndarray, holds: np.ndarray) -> Window:
@@ -62,6 +67,14 @@ def bracketing(window: Window) -> list[float]:
 def edge_factor(measured: float | None, predicted: float) -> float | None:
     """How far apart a measured edge and the predicted one are, as a factor >= 1 (None: not measured)."""
     return None if measured is None else max(measured / predicted, predicted / measured)
+
+
+def factor_range(bracket: tuple[float, float], predicted: float) -> tuple[float, float]:
+    """The smallest and largest edge_factor of an edge anywhere in `bracket` against `predicted`: 1 at least where
+    the prediction lies inside the bracket."""
+    factors = [edge_factor(end, predicted) for end in bracket]
+    inside = bracket[0] <= predicted <= bracket[1]
+    return (1.0 if inside else min(factors)), max(factors)
 
 
 @dataclass(frozen=True)

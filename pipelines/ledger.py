@@ -1,0 +1,71 @@
+"""Stage `ledger`: every rule in force for every claim, with the commit that set it and whether results existed
+then (toksel.claims.ledger), derived from the repository's git history so that it cannot drift from it.
+
+Writes results/ledger/ledger.json (one record per claim and rule component: what the report reads, and what
+changes only when a rule does) and results/ledger/ledger.md (the same as a table, under what HEAD was). It reads
+git, which DVC cannot follow: dvc.yaml runs it every time (always_changed). Without a history (not a git
+repository, a shallow clone) both files say so, and the stage still succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from toksel.claims.ledger import CHANGED, NO_HISTORY, Ledger, build_ledger, per_claim_status
+from toksel.report.markdown import table
+from toksel.runtime.io import write_json, write_text
+
+OUT = Path("results") / "ledger"
+SUBJECT_SHOWN = 60  # characters of a commit's subject in the table; the JSON has 200
+
+
+def shown(value: Any) -> str:
+    """A component's value in a table cell: a statistic as `metric of runs (combine)`, text as it is."""
+    if isinstance(value, Mapping) and {"runs", "metric", "combine"} <= value.keys():
+        combine = "" if value["combine"] == "value" else f" ({value['combine']})"
+        return f"{value['metric']} of {', '.join(value['runs'])}{combine}"
+    if isinstance(value, str):
+        return value or '""'
+    return json.dumps(value)
+
+
+def _set_in(record: Mapping[str, Any]) -> str:
+    subject = record["subject"]
+    cut = subject if len(subject) <= SUBJECT_SHOWN else subject[:SUBJECT_SHOWN].rstrip() + "..."
+    return f"{record['set_in']}: {cut}" if cut else record["set_in"]
+
+
+def markdown(ledger: Ledger) -> str:
+    """The ledger as a Markdown page: HEAD, the claims whose rule changed after the data, the table."""
+    lines = ["# The ledger: every rule in force", "", f"HEAD: {ledger.head or NO_HISTORY}", ""]
+    lines += [f"- {warning}" for warning in ledger.warnings] + ([""] if ledger.warnings else [])
+    if not ledger.available:
+        return "\n".join([*lines, "No rule is listed: without the history, none can be dated.", ""])
+    changed = {claim: parts for claim, parts in per_claim_status(ledger.records).items() if parts}
+    count = sum(map(len, changed.values()))
+    lines += [f"{count} of {len(ledger.records)} rule components were changed after the data, in "
+              f"{len(changed)} claims: {', '.join(changed) or 'none'}. A component is fixed before the data when no "
+              "tracked file under results/ named its claim before the commit that set its current value.", ""]
+    rows = [(record["claim"], record["component"], shown(record["value"]), _set_in(record), shown(record["previous"]),
+             record["status"], record["reason"]) for record in ledger.records]
+    return "\n".join([*lines, *table(["claim", "component", "value", "set in", "previous", "status", "why"], rows),
+                      ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ledger = build_ledger(Path("."))
+    for warning in ledger.warnings:
+        print(warning, file=sys.stderr)
+    write_json(OUT / "ledger.json", ledger.as_json())
+    write_text(OUT / "ledger.md", markdown(ledger))
+    changed = sum(record["status"] == CHANGED for record in ledger.records)
+    print(f"ledger: {len(ledger.records)} rule components, {changed} changed after the data: {OUT / 'ledger.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The calibration's operating curves and known answers, and the report's reading of the ledger, on small real
+inputs through the real code: the one step's exact projection, a rule's power below and above its threshold, the
+precision each rate is drawn to, the verdict a row would have under the rule in force before the data."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tests.helpers import ROOT, TINY, throwaway_project
+from toksel.calibration.curves import TokenPopulation
+from toksel.calibration.families import BY_NAME, PlantedAnswers, row, step_answers
+from toksel.calibration.operating import Precision, half_width, loop, operating_curve, power_crossing
+from toksel.calibration.theory import StepRegime, one_step_statistics
+from toksel.claims.catalogue import BY_ID, assess, measure
+from toksel.claims.ledger import CHANGED, FIXED, NOT_SET
+from toksel.data.corpus import PackedSplit
+from toksel.models.fused import FusedBags
+from toksel.models.initial import initialise
+from toksel.report.changes import bearing, history
+from toksel.runtime.config import load_config
+from toksel.theory.one_step import embedding_update, projected_initialisation, update_along_outputs
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(["calibration.precision=0.1", "calibration.max_replicates=64"], ROOT / "params.yaml")
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """A prepared synthetic dataset (its data folder), 400 training sequences."""
+    from pipelines import prepare
+
+    with throwaway_project(tmp_path_factory) as project:
+        assert prepare.main([*TINY, "data.synthetic.n_train=400"]) == 0
+        yield project / "data" / "processed" / "synthetic" / "seed0"
+
+
+def test_the_one_steps_update_along_v_from_the_projections_alone_is_the_full_steps(synthetic):
+    train = PackedSplit.load(synthetic / "train.npz")
+    init = initialise(train.vocab_size, 64, seed=3)
+    E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
+    bags = FusedBags.from_split(train)
+    full = embedding_update(E0, p0, v, bags, 40.0).applied(E0, p0, v) - E0
+    along = update_along_outputs(E0 @ p0, E0 @ v, np.array([p0 @ v]), bags, 40.0)
+    np.testing.assert_allclose(along[:, 0], full @ v, rtol=1e-12, atol=1e-14)
+    # The projections' law: for E0_s ~ N(0, I/d), (E0_s^T p0, E0_s^T v) has covariance Gram(p0, v) / d.
+    a, b, p_dot_v = projected_initialisation(20_000, 64, 2, np.random.default_rng(0))
+    assert a.shape == b.shape == (20_000,) and p_dot_v.shape == (1,)
+    assert np.cov(a, b)[0, 1] == pytest.approx(p_dot_v[0] / 64, abs=3e-4) and np.var(b) == pytest.approx(1 / 64,
+                                                                                                         rel=0.05)
+
+
+def test_a_rule_holds_at_the_papers_size_and_loses_its_power_half_way_to_its_threshold(synthetic, config):
+    """The one step's size check (the slope within 5 % of eta0/2): all of the labels' signal gives the slope, a
+    share of 0.9 a slope 10 % off, twice the tolerance; the rank rule on planted token scores: a model following
+    its statistic with correlation 0.95 holds, one at half the threshold (0.25 against 0.5) does not."""
+    regime = StepRegime((str(synthetic),) * 5, 256, 40.0, salt=1)
+    found = one_step_statistics(regime, 1.0, 0)
+    assert len(found) == 5 and all(seed["slope_rel_error"] < 0.05 for seed in found)
+    answers = step_answers(regime, config, lambda: None)
+    size = BY_NAME["one_step_size"]
+    draw = answers.for_family(dataclasses.replace(size, ladder=(0.9, 1.0)))
+    curve = operating_curve(BY_ID[size.claim], config, (0.9, 1.0), draw, Precision(0.1, 32))
+    assert curve[0]["rate"] < 0.5 < 0.8 <= curve[1]["rate"]
+
+    rng = np.random.default_rng(0)
+    tokens = 400
+    posterior = rng.dirichlet([0.6, 0.6], tokens)
+    population = TokenPopulation(rng.integers(20, 400, tokens), rng.integers(10, 100, tokens), posterior,
+                                 np.array([0.5, 0.5]))
+    planted = PlantedAnswers(population, 0.01, (0.8, 0.8), config, seeds=3, salt=2)
+    rank = BY_NAME["rank"]
+    curve = operating_curve(BY_ID[rank.claim], config, (0.25, 0.95), planted.for_family(rank), Precision(0.1, 48))
+    assert curve[0]["mean_statistic"] == pytest.approx(0.25, abs=0.1) and curve[0]["rate"] < 0.5
+    assert curve[1]["rate"] >= 0.8
+
+
+def test_each_rate_is_drawn_until_its_interval_is_as_narrow_as_asked(config):
+    claim = BY_ID["accuracy_gap"]
+    rng = np.random.default_rng(1)
+
+    def draw(gap: float, replicate: int) -> list[float]:
+        return list(gap + 0.01 * rng.standard_normal(3))
+
+    curve = operating_curve(claim, config, (0.0, 0.004, 0.05), loop(draw), Precision(0.05, 400))
+    for point in curve:
+        settled = half_width(point["holds"], point["replicates"]) <= 0.05
+        assert settled or point["replicates"] == 400
+    assert curve[0]["replicates"] < curve[1]["replicates"]  # a rate near 0 settles sooner than one in the middle
+    assert power_crossing([{"effect": 0.0, "rate": 0.0, "low": 0, "high": 0.05},
+                           {"effect": 1.0, "rate": 0.6, "low": 0.5, "high": 0.7},
+                           {"effect": 2.0, "rate": 1.0, "low": 0.93, "high": 1.0}]) == {
+        "effect": pytest.approx(1.5), "low": 2.0, "high": 2.0}
+
+
+def test_a_family_row_reads_its_power_at_the_papers_size_and_its_false_positives_at_the_null(config):
+    claim = BY_ID["accuracy_gap"]
+    planted = PlantedAnswers(None, 0.01, (0.8, 0.8), config, seeds=3, salt=3)
+    family = dataclasses.replace(BY_NAME["accuracy_gap"], ladder=(0.0, 0.05, 0.23))
+    found = row(family, "imdb", planted.for_family(family), config)
+    assert found["power"]["effect"] == 0.23 and found["power"]["rate"] == 1.0
+    assert found["null"]["effect"] == 0.0 and found["null"]["rate"] <= 0.1 and found["calibrated"]
+    assert found["claim"] == claim.id and [point["effect"] for point in found["curve"]] == [0.0, 0.05, 0.23]
+
+
+def _record(claim: str, component: str, previous, value, status: str = CHANGED) -> dict:
+    return {"claim": claim, "component": component, "previous": previous, "value": value, "status": status,
+            "set_in": "abc1234", "subject": "a change", "reason": "", "results_before": status == CHANGED}
+
+
+def _gap(config, values: list[float]):
+    claim = BY_ID["accuracy_gap"]
+    runs = {seed: {"trained": {"test_accuracy": 0.8 + value, "control_test_accuracy": 0.5},
+                   "untrained": {"test_accuracy": 0.8, "control_test_accuracy": 0.5}}
+            for seed, value in enumerate(values)}
+    return assess(claim, measure(claim, "imdb", runs), config)
+
+
+def test_the_report_judges_a_row_again_under_the_rule_in_force_before_the_data(config):
+    item = _gap(config, [0.03, 0.035, 0.04])
+    assert item.verdict == "holds"  # above the threshold 0 now
+    nothing = history(item, "imdb", [_record("accuracy_gap", "threshold_value", 0.05, 0.0, FIXED)], config,
+                      lambda claim, protocol: None)
+    assert nothing.status == "fixed before the data" and not nothing.changed
+    lowered = history(item, "imdb", [_record("accuracy_gap", "threshold_value", 0.05, 0.0)], config,
+                      lambda claim, protocol: None)
+    assert lowered.changed and lowered.old_verdict == "fails"  # 0.035 [0.023, 0.047] is below the old 0.05
+    assert "threshold_value 0.05 -> 0.0 (abc1234: a change)" in lowered.text()
+    # A dataset's own setting bears on its rows alone; one the row cannot undo leaves it not recomputed.
+    horizon = _record("accuracy_gap", "datasets.yelp.gradient_flow.horizon", 3000.0, 1000.0)
+    assert bearing([horizon], "accuracy_gap", "imdb") == []
+    longer = history(item, "yelp", [horizon], config, lambda claim, protocol: None)
+    assert longer.old_verdict == "not recomputed" and "gradient_flow.horizon" in longer.note
+    added = history(item, "imdb", [_record("accuracy_gap", "kind", "absent", "presence")], config,
+                    lambda claim, protocol: None)
+    assert added.old_verdict == "none" and "added after its numbers were seen" in added.note
+    overridden = [_record("accuracy_gap", "train.lr_grid", NOT_SET, [0.1]),
+                  _record("accuracy_gap", "datasets.imdb.train.lr_grid", NOT_SET, [0.01], FIXED)]
+    assert bearing(overridden, "accuracy_gap", "imdb") == []  # imdb's own value holds there, set before the data
+
+
+def test_an_old_statistic_is_measured_again_on_the_rows_runs(config):
+    claim = BY_ID["v_increasing"]
+    runs = {seed: {"trained": {"spearman_v_alpha_corrected": 0.7 + 0.01 * seed, "spearman_v_alpha": 0.25 + 0.01 * seed,
+                               "control_spearman_v_alpha_corrected": 0.0}} for seed in range(3)}
+    item = assess(claim, measure(claim, "imdb", runs), config)
+    old_statistic = {"runs": ["trained"], "metric": "spearman_v_alpha", "combine": "value"}
+    records = [_record("v_increasing", "statistic", old_statistic, {**old_statistic, "metric": claim.statistic.metric}),
+               _record("v_increasing", "threshold_value", 0.3, 0.5)]
+    asked = []
+
+    def remeasure(old, protocol):
+        asked.append((old.statistic.metric, protocol))
+        return measure(old, "imdb", runs)
+
+    found = history(item, "imdb", records, config, remeasure)
+    assert asked == [("spearman_v_alpha", "")] and found.old_verdict == "fails"  # 0.26 [0.235, 0.285] < 0.3
+    assert "its statistic then, spearman_v_alpha" in found.note
