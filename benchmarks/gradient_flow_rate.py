@@ -24,7 +24,7 @@ from toksel.models.fused import FusedBags, loss_and_token_gradients
 from toksel.models.products import scores, transposed_product
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
-from toksel.theory.gradient_flow import FlowField
+from toksel.theory.flow_field import FlowField
 
 STEPS = 100
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import statistics
 import sys
+import time
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -21,6 +22,7 @@ from tqdm import tqdm
 from pipelines.sections import STAGE_SECTIONS
 from toksel.calibration.curves import TokenPopulation
 from toksel.calibration.families import (
+    BY_NAME,
     FAMILIES,
     NO_GROWTH_ANSWER,
     REFERENCE_FIDELITY,
@@ -35,13 +37,14 @@ from toksel.calibration.families import (
 from toksel.calibration.theory import FlowRegime, StepRegime
 from toksel.claims.catalogue import BY_ID, in_scope
 from toksel.claims.measurements import dataset_runs
-from toksel.data.draws import data_dir
+from toksel.data.draws import MANIFEST, data_dir
 from toksel.data.token_table import read_token_table
 from toksel.report.plots import calibration_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config, dataset_configs
+from toksel.runtime.fanout import map_units
 from toksel.runtime.io import write_json
-from toksel.runtime.paths import results_dir
+from toksel.runtime.paths import processed_dir, results_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
 
@@ -60,7 +63,8 @@ def accuracy_spread(dataset: str, config: Config) -> float | None:
     """The seed-to-seed standard deviation of test accuracy in the dataset's runs under the claims' protocol (each
     arm's kept fit), pooled over the trained and untrained arms; None before the train stage has run on it."""
     runs = dataset_runs(dataset, config, arms=True)
-    arms = [[seed[arm]["test_accuracy"] for seed in runs.values() if arm in seed] for arm in ("trained", "untrained")]
+    arms = [[seed[arm]["test_accuracy"] for seed in runs.values() if "test_accuracy" in seed.get(arm, {})]
+            for arm in ("trained", "untrained")]
     if any(len(values) < 2 for values in arms):
         return None
     return statistics.fmean(statistics.variance(values) for values in arms) ** 0.5
@@ -80,9 +84,19 @@ def trained_fidelity(dataset: str, config: Config) -> tuple[float, float]:
     return mean("u_rise_corrected"), mean("spearman_v_alpha_corrected")
 
 
+def _said(item: dict, seconds: float) -> None:
+    drawn = sum(point["replicates"] for point in item.get("curve", []))
+    standing = "calibrated" if item["calibrated"] else f"uncalibrated: {item['reason']}"
+    print(f"calibrate: {item['family']} on {item['data']}: {drawn} replicates, {standing}; {seconds:.1f} s",
+          flush=True)
+
+
 def salt(dataset: str) -> int:
     """The dataset's own stream of the known answers' random numbers."""
     return zlib.crc32(dataset.encode())
+
+
+PLANTED = object()  # the answers of a planted family: drawn apart (planted_rows)
 
 
 class Sources:
@@ -90,49 +104,80 @@ class Sources:
 
     def __init__(self, config: Config, datasets: dict[str, Config], progress: Callable[[], None]) -> None:
         self.config, self.datasets, self.progress = config, datasets, progress
-        self._made: dict[tuple[str, str], Answers | PlantedAnswers] = {}
+        self._made: dict[tuple[str, str], Answers] = {}
 
-    def for_family(self, family: Family, dataset: str) -> tuple[Answers | PlantedAnswers | None, str]:
+    def for_family(self, family: Family, dataset: str) -> tuple[Answers | object | None, str]:
         """The answers the family reads on `dataset`, or None with the reason there are none."""
         own = self.datasets[dataset]
         kind = family.source if family.source in ("one_step", "flow") else "planted"
         if family.source == "flow" and own.data.source != "synthetic":
             return None, NO_GROWTH_ANSWER
+        if family.source == "flow" and dataset not in self.config.calibration.flow_datasets:
+            return None, ("its flows are not calibrated here (calibration.flow_datasets): each takes seconds, and "
+                          "the thousands a rate needs would not fit the pipeline's time")
+        if kind != "flow" and not (processed_dir(dataset) / MANIFEST).exists():
+            return None, f"its data are not prepared: run prepare@{dataset}"
         if kind == "planted" and family.source == "accuracy" and accuracy_spread(dataset, self.config) is None:
             return None, f"the train stage has not run on {dataset}"
+        if kind == "planted":  # drawn by planted_rows, a process a dataset
+            return PLANTED, ""
         if (kind, dataset) not in self._made:
             self._made[kind, dataset] = self._make(kind, dataset, own)
         return self._made[kind, dataset], ""
 
-    def _make(self, kind: str, dataset: str, own: Config) -> Answers | PlantedAnswers:
+    def _make(self, kind: str, dataset: str, own: Config) -> Answers:
         config = self.config
         if kind == "one_step":
             folders = tuple(str(data_dir(dataset, seed)) for seed in config.base.seeds)
             return step_answers(StepRegime(folders, own.model.d, own.one_step.eta0, salt(dataset)), config,
                                 self.progress)
-        if kind == "flow":
-            regime = FlowRegime(own.data.synthetic, own.model.d, own.one_step.eta0, own.gradient_flow,
-                                len(own.flow_seeds), salt(dataset))
-            return flow_answers(regime, config, self.progress)
-        tokens = read_token_table(data_dir(dataset, config.training_seeds[0]) / "tokens.csv")
-        return PlantedAnswers(TokenPopulation.of(tokens, config.train.heldout_min_count),
-                              accuracy_spread(dataset, config), trained_fidelity(dataset, config), config,
-                              len(config.training_seeds), salt(dataset))
+        regime = FlowRegime(own.data.synthetic, own.model.d, own.one_step.eta0, own.gradient_flow,
+                            len(own.flow_seeds), salt(dataset))
+        return flow_answers(regime, config, self.progress)
+
+
+def planted_rows(config: Config, group: tuple[str, tuple[str, ...]]) -> list[dict]:
+    """The rows of the families of one dataset whose known answers are planted statistics (a process's unit of
+    work: the families that read the same draws share them there)."""
+    dataset, names = group
+    tokens = read_token_table(data_dir(dataset, config.training_seeds[0]) / "tokens.csv")
+    answers = PlantedAnswers(TokenPopulation.of(tokens, config.train.heldout_min_count),
+                             accuracy_spread(dataset, config), trained_fidelity(dataset, config), config,
+                             len(config.training_seeds), salt(dataset))
+    return [row(BY_NAME[name], dataset, answers.for_family(BY_NAME[name]), config) for name in names]
 
 
 def calibrate(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
     datasets = dataset_configs(config.datasets, overrides)  # each dataset's regime, as its stages read it
-    rows = []
-    with tqdm(desc="calibration: known answers", unit=" draws", disable=not show_progress()) as bar:
+    found: dict[tuple[str, str], dict] = {}
+    planted: dict[str, list[str]] = {}  # dataset -> the families whose answers are planted statistics there
+    with tqdm(desc="calibration: known answers", unit=" units", disable=not show_progress()) as bar:
         sources = Sources(config, datasets, bar.update)
         for family in FAMILIES:
             where = judged_on(family, config, datasets)
             if not where:
-                rows.append(row(family, "-", None, config, "none of its datasets is in this pipeline"))
+                found[family.name, "-"] = row(family, "-", None, config, "none of its datasets is in this pipeline")
             for dataset in where:
                 answers, reason = sources.for_family(family, dataset)
-                rows.append(row(family, dataset, None if answers is None else answers.for_family(family), config,
-                                reason))
+                if answers is PLANTED:
+                    planted.setdefault(dataset, []).append(family.name)
+                    continue
+                start = time.perf_counter()
+                costly = family.source == "one_step" and datasets[dataset].data.source != "synthetic"
+                found[family.name, dataset] = row(family, dataset, None if answers is None else
+                                                  answers.for_family(family), config, reason, costly)
+                _said(found[family.name, dataset], time.perf_counter() - start)
+        # The planted answers are drawn in this process's workers, a dataset each: their draws are cheap one by one
+        # but many, and the theory's fan-out is done with its own.
+        start = time.perf_counter()
+        groups = [(dataset, tuple(names)) for dataset, names in planted.items()]
+        for rows in map_units(functools.partial(planted_rows, config), groups, config.compute, "processes",
+                              bar.update):
+            for item in rows:
+                found[item["family"], item["data"]] = item
+                _said(item, time.perf_counter() - start)
+    rows = [found[family.name, dataset] for family in FAMILIES for dataset in [*judged_on(family, config, datasets),
+                                                                             "-"] if (family.name, dataset) in found]
     rows += uncalibrated_rows()
     write_json(OUT / "calibration.json", rows)
     save_figure(calibration_figure(rows), OUT / "rates.png")

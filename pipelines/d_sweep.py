@@ -1,12 +1,16 @@
 """Stage `d_sweep`: a finding of ours, how the gap between trained and random frozen embeddings moves with the
-embedding dimension. For every d of d_sweep.d and every training seed, the trained and untrained arms of the
-one-layer model (training/arms.py) are trained as the train stage trains them, each at its own best rate (the
-screen over train.lr_grid, extended past an edge): E frozen at random grows more expressive as d nears the
-number of tokens V, the trained arm does not need it to. The train stage's runs at model.d join the sweep.
+embedding dimension. For every d of d_sweep.d and every training seed, the trained, untrained and one_step arms
+of the one-layer model (training/arms.py) are trained as the train stage trains them, each at its own best rate
+(the screen over train.lr_grid, extended past an edge): E frozen at random grows more expressive as d nears the
+number of tokens V, the trained arm does not need it to. The one_step arm gives the spread ratio trained /
+one_step (the rebuttal's tighter curves) against d. The train stage's runs at model.d join the sweep.
 
 dvc.yaml runs it for each dataset of d_sweep.datasets (d_sweep@<dataset>). Writes results/d_sweep/<dataset>/:
-sweep.csv (one row per d, arm and seed), accuracy.png (test accuracy against d / V) and metrics.json. Each d and
-seed is a unit of work (a process each here, or a cluster's worker: runtime/fanout.py).
+sweep.csv (one row per d, arm and seed: test accuracy, the rate, how the fit ended, and the curves' four spreads
+binned on the held-out statistics and the four binned on the training split's, train_binned_), accuracy.png
+(test accuracy against d / V) and metrics.json (per d: each arm's mean test accuracy, the gap, and the spread
+ratios trained / one_step of the seeds' means). Each d and seed is a unit of work (a process each here, or a
+cluster's worker: runtime/fanout.py).
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
 from toksel.training.fit import checkpoint_dir, fit_key
 from toksel.training.protocol import train_with_control
+from toksel.training.record import TRAIN_BINNED
 
 SECTIONS = STAGE_SECTIONS["d_sweep"]
-SWEPT = ("trained", "untrained")  # E trained, E frozen at its random initialisation
-KEPT = ("test_accuracy", "test_loss", "lr", "lr_at_edge", "epochs")
+SWEPT = ("trained", "untrained", "one_step")  # E trained, frozen at its random initialisation, frozen at E1
+SPREADS = ("bin_spread_v", "bin_spread_p", "bin_std_v", "bin_std_p")
+KEPT = ("test_accuracy", "test_loss", "lr", "lr_at_edge", "epochs", "stopped_epoch", "best_epoch", "budget_bound",
+        *SPREADS, *(TRAIN_BINNED + name for name in SPREADS))
 
 
 def train_stage_rows(dataset: str, config: Config, vocabulary: dict[int, int]) -> list[dict]:
@@ -94,11 +101,29 @@ def d_sweep(config: Config, run: RunRecord) -> None:
     means = sweep.groupby(["d", "arm"])["test_accuracy"].mean().unstack()
     save_figure(d_sweep_figure(sweep, dataset), out / "accuracy.png")
     run.log_artifact(out / "accuracy.png")
+    ratios = spread_ratios(sweep)
     metrics = {f"d{d}": {f"{arm}_test_accuracy": means.loc[d, arm] for arm in SWEPT if arm in means}
-               | {"gap": means.loc[d, "trained"] - means.loc[d, "untrained"]} for d in means.index}
+               | {"gap": means.loc[d, "trained"] - means.loc[d, "untrained"]} | ratios.get(d, {})
+               for d in means.index}
     gaps = np.array([values["gap"] for values in metrics.values()])
     run.record_metrics(out / "metrics.json", {**metrics, "gap_smallest_d": float(gaps[0]),
                                               "gap_largest_d": float(gaps[-1])})
+
+
+def spread_ratios(sweep: pd.DataFrame) -> dict[int, dict[str, float]]:
+    """Per d: spread_ratio_v, _p (the seeds' mean bin_spread of the trained arm over the one_step arm's, as the
+    claims read it: above 1, one step then frozen gives the tighter curves) and the same of the training-binned
+    spreads (train_binned_spread_ratio_v, _p); {} for a d without both arms."""
+    names = {f"spread_ratio_{vector}": f"bin_spread_{vector}" for vector in ("v", "p")}
+    names |= {f"{TRAIN_BINNED}spread_ratio_{vector}": f"{TRAIN_BINNED}bin_spread_{vector}" for vector in ("v", "p")}
+    columns = [column for column in names.values() if column in sweep]
+    means = sweep[sweep["arm"].isin(["trained", "one_step"])].groupby(["d", "arm"])[columns].mean()
+    ratios = {}
+    for d in sweep["d"].unique():
+        if (d, "trained") in means.index and (d, "one_step") in means.index:
+            ratios[d] = {ratio: float(means.loc[(d, "trained"), column] / means.loc[(d, "one_step"), column])
+                         for ratio, column in names.items() if column in columns}
+    return ratios
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Stage `gradient_flow`: E frozen at E1, the flow on p followed in flow time up to gradient_flow.horizon; selection
 and max-margin checks along the way, the same run with every step halved (do the steps follow the flow?), and the
 controls of those claims (theory/convergence.py); Lemma 4.2's control (a bounded flow) where that lemma is judged
-(two classes, d >= the number of tokens: elsewhere its row is exploratory, shown without a control). Every seed of
+(two classes, and a flow whose statistic settled over its last two doublings: elsewhere its row is exploratory or
+not tested, shown without a control). Every seed of
 base.seeds in one process (the first gradient_flow.seeds of them where that is set), each from that seed's one_step,
 into results/gradient_flow/<dataset>/seed<seed>/; their metrics gathered in results/gradient_flow/<dataset>.json."""
 
@@ -39,9 +40,12 @@ def gradient_flow(config: Config, run: RunRecord) -> None:
     flow = follow_gradient_flow(embeddings["E1"], embeddings["p0"], embeddings["v"], train, tokens, settings,
                                 progress=show_progress())
     null = EmbeddingUpdate(embeddings["null_along_p"], embeddings["null_along_v"])
+    # Lemma 4.2's control (a bounded flow) where the lemma is judged: two classes, and a flow whose statistic
+    # settled (an unsettled one is not tested, and needs no control).
     judged = not regime(config.dataset, config).unmet(BY_ID["lemma42_growth"].requires)
+    settled = bool(flow.metrics["log_growth_settled"])
     controls = control_metrics(embeddings["E1"], null.applied(embeddings["E0"], embeddings["p0"], embeddings["v"]),
-                               embeddings["p0"], embeddings["v"], train, tokens, settings, bounded=judged)
+                               embeddings["p0"], embeddings["v"], train, tokens, settings, bounded=judged and settled)
     report, trajectory = flow.report, flow.trajectory
     if settings.max_margin and not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "

@@ -9,28 +9,19 @@ repository, a shallow clone) both files say so, and the stage still succeeds.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from toksel.claims.ledger import CHANGED, NO_HISTORY, Ledger, build_ledger, per_claim_status
+from toksel.report.changes import shown
 from toksel.report.markdown import table
+from toksel.runtime.errors import ToksError
 from toksel.runtime.io import write_json, write_text
 
 OUT = Path("results") / "ledger"
 SUBJECT_SHOWN = 60  # characters of a commit's subject in the table; the JSON has 200
-
-
-def shown(value: Any) -> str:
-    """A component's value in a table cell: a statistic as `metric of runs (combine)`, text as it is."""
-    if isinstance(value, Mapping) and {"runs", "metric", "combine"} <= value.keys():
-        combine = "" if value["combine"] == "value" else f" ({value['combine']})"
-        return f"{value['metric']} of {', '.join(value['runs'])}{combine}"
-    if isinstance(value, str):
-        return value or '""'
-    return json.dumps(value)
 
 
 def _set_in(record: Mapping[str, Any]) -> str:
@@ -49,15 +40,42 @@ def markdown(ledger: Ledger) -> str:
     count = sum(map(len, changed.values()))
     lines += [f"{count} of {len(ledger.records)} rule components were changed after the data, in "
               f"{len(changed)} claims: {', '.join(changed) or 'none'}. A component is fixed before the data when no "
-              "tracked file under results/ named its claim before the commit that set its current value.", ""]
+              "tracked file under results/ named its claim or its statistic's metric before the commit that set its "
+              "current value.", ""]
     rows = [(record["claim"], record["component"], shown(record["value"]), _set_in(record), shown(record["previous"]),
              record["status"], record["reason"]) for record in ledger.records]
     return "\n".join([*lines, *table(["claim", "component", "value", "set in", "previous", "status", "why"], rows),
                       ""])
 
 
+DOCS = Path("docs") / "verdicts.md"
+START, END = "<!-- the ledger: written by `python -m pipelines.ledger --docs` -->", "<!-- the ledger ends -->"
+
+
+def docs_block(records: list[dict[str, Any]]) -> str:
+    """The components changed after the data as docs/verdicts.md gives them: what changed, from what to what, and
+    the reason params.yaml gives; the commits are the report's (a commit cannot name itself in its own docs)."""
+    rows = [(record["claim"], record["component"], shown(record["previous"]), shown(record["value"]),
+             record["reason"]) for record in records if record["status"] == CHANGED]
+    return "\n".join([START, *table(["claim", "component", "before", "now", "why (params.yaml)"], rows), END])
+
+
+def write_docs(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace the ledger's block of `path` with the ledger of now."""
+    text = path.read_text()
+    if START not in text or END not in text:
+        raise ToksError(f"{path} has no ledger block ({START} ... {END}) to write")
+    head, rest = text.split(START, 1)
+    path.write_text(head + docs_block(records) + rest.split(END, 1)[1])  # a doc, not a result: no digest beside it
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     ledger = build_ledger(Path("."))
+    if argv == ["--docs"]:  # docs/verdicts.md says what the ledger says
+        write_docs(DOCS, ledger.records)
+        print(f"ledger: {DOCS} rewritten")
+        return 0
     for warning in ledger.warnings:
         print(warning, file=sys.stderr)
     write_json(OUT / "ledger.json", ledger.as_json())

@@ -16,9 +16,12 @@ import sys
 from collections.abc import Sequence
 
 from pipelines.sections import STAGE_SECTIONS
-from toksel.report.changes import read_ledger
+from toksel.claims.ledger import CHANGED
+from toksel.report.changes import read_ledger, shown
 from toksel.report.counting import under_control
 from toksel.report.document import (
+    Block,
+    Table,
     d_sweep_rows,
     figures,
     flow_checks,
@@ -39,6 +42,15 @@ from toksel.report.forest import verdicts_figure
 from toksel.report.header import header
 from toksel.report.plots import save_figure
 from toksel.report.readings import all_shown, readings_html, readings_markdown
+from toksel.report.training_runs import (
+    CONVERGENCE_HEADER,
+    accuracy_epochs_figure,
+    convergence_rows,
+    spread_sweep,
+    sweep_figure,
+    sweep_findings,
+    sweep_text,
+)
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config, dataset_configs
 from toksel.runtime.io import write_json, write_text
@@ -51,6 +63,46 @@ from toksel.runtime.records import RunRecord
 SECTIONS = STAGE_SECTIONS["report"]
 OUT = results_dir("report", "")
 TITLE = "toksel: the paper's claims in our runs"
+
+
+CONVERGENCE_NOTE = ("Every fit trains until its validation loss has not improved for train.patience epochs, within "
+                    "train.max_epochs; a fit the budget ended had not converged. The claims read the kept fits (each "
+                    "arm at its own best rate); a claim resting on a fit the budget ended is shown and not counted. "
+                    "The matched-lr fits (every arm at train.lr) are the protocol table's.")
+
+
+def training_figures(config: Config) -> None:
+    """Per training dataset: test accuracy against epochs, and the spread ratio across protocols."""
+    for dataset in config.train.datasets:
+        for name, figure in ((f"accuracy_epochs_{dataset}.png", accuracy_epochs_figure(dataset, config)),
+                             (f"spread_sweep_{dataset}.png", sweep_figure(dataset, spread_sweep(dataset, config)))):
+            if figure is not None:
+                save_figure(figure, OUT / "training" / name)
+
+
+def training_blocks(config: Config) -> list[Block]:
+    """The arms' convergence table and the spread sweep's finding, per training dataset."""
+    found = [Block("Training arms: where each fit stopped", [CONVERGENCE_NOTE],
+                   Table(CONVERGENCE_HEADER, convergence_rows(config)))]
+    findings = [sweep_text(dataset, sweep_findings(spread_sweep(dataset, config)))
+                for dataset in config.train.datasets]
+    found.append(Block("Beyond the paper: where the rebuttal's tighter one-step curves appear", findings))
+    return found
+
+
+def ledger_blocks(records: list | None) -> list[Block]:
+    """Every rule component changed after the data (the ledger; results/ledger/ledger.md lists them all)."""
+    if records is None:
+        return [Block("The ledger of the rules", ["The ledger stage has not run, or found no git history: no rule "
+                                                  "can be dated."])]
+    changed = [record for record in records if record["status"] == CHANGED]
+    rows = [[record["claim"], record["component"], shown(record["previous"]), shown(record["value"]),
+             f"{record['set_in']}: {record['subject']}", record["reason"]] for record in changed]
+    return [Block("The ledger: every rule changed after the data", [
+        f"Derived from the repository's history (stage ledger): {len(changed)} of {len(records)} rule components "
+        "were set after results they judge existed. Each claim's row above says so and gives its verdict under the "
+        "rule before; results/ledger/ledger.md lists every component with the commit that set it."],
+        Table(["claim", "component", "before", "now", "set in", "why (params.yaml)"], rows))]
 
 
 def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
@@ -67,14 +119,16 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
                  if row.assessment.judged and not row.counting.counted]
     first = header(config, counted, datasets, run.tags, not_counted=uncounted)
     save_figure(verdicts_figure(forest_rows(sections)), OUT / "verdicts.png")
+    training_figures(config)
     shown = figures(config)
     reviews = all_shown(config)  # what the kept models select in real test reviews
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
+    extra = training_blocks(config) + ledger_blocks(read_ledger())
     readings = {"md": "\n".join(readings_markdown(reviews)) + ("\n" if reviews else ""), "html": readings_html(reviews)}
     for markup in ("md", "html"):
         write_text(OUT / f"report.{markup}", render(markup, TITLE, sections, found, shown, OUT, readings[markup],
-                                                    calibration, notes, sweep, first, method_note(config)))
+                                                    calibration, notes, sweep, first, method_note(config), extra))
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")

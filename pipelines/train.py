@@ -7,6 +7,13 @@ stopping rule, and train.lr (the matched-lr protocol, the claims'), then its con
 The arms share one process (and its data) because they share every input; each is its own MLflow run under its
 seed's. Every training seed (the first train.seeds of base.seeds) in one process (train@<dataset>), into
 results/train/<dataset>/<arm>/seed<seed>/; their metrics gathered in results/train/<dataset>.json.
+
+Each metrics.json says how its fits ended (stopped_epoch, best_epoch, budget_bound; control_ for the control).
+epochs.csv follows the kept and the matched fit epoch by epoch (column `fit`; one fit under both names when
+train.lr is the kept rate): lr, train_loss, val_loss, val_accuracy, test_loss, test_accuracy and the spreads of
+the token curves then (bin_spread_v, bin_spread_p, bin_std_v, bin_std_p, binned on the held-out statistics as
+bins.csv is, and the same prefixed train_binned_, binned on the training split's), for the figure of test
+accuracy against epochs; the fits' runs hold the same curves as epoch_<column> against the epoch.
 """
 
 from __future__ import annotations
@@ -43,10 +50,12 @@ def train(config: Config, run: RunRecord) -> None:
             trained = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
                                          checkpoint_dir("train", f"{dataset}/{arm}") / f"seed{seed}",
                                          fingerprint, arm_run, seed, show_progress(), tokens, curves,
-                                         matched=settings.lr)
+                                         matched=settings.lr, per_epoch=True)
             out = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
             write_csv(out / "grid.csv", trained.trials)
             arm_run.log_artifact(out / "grid.csv")
+            write_csv(out / "epochs.csv", trained.epoch_log)
+            arm_run.log_artifact(out / "epochs.csv")
             record_fit(arm_run, out, trained.module, trained.metrics, trained.curves, tokens, curves,
                        f"{dataset}, embeddings {arm}, seed {seed} (lr {trained.metrics['lr']:g}): after training",
                        {"stage": "train", "model": "one_layer", "dataset": dataset, "embeddings": arm, "seed": seed,

@@ -129,7 +129,7 @@ def tiny_dvc_project(folder: Path) -> Path:
                      "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
                      "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
                      "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.max_replicates=4",
-                     "calibration.max_flow_replicates=2"]
+                     "calibration.max_costly_replicates=2"]
     params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
     OmegaConf.save(params, folder / "params.yaml")

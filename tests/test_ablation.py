@@ -56,6 +56,11 @@ def test_the_ablation_stage_trains_a_two_layer_model_with_w_kq_and_records_it(pr
     assert metrics["best_train_loss"] < 0.5 * np.log(2) and metrics["test_accuracy"] > 0.7
     assert metrics["d"] == 32 and metrics["train_rows"] == 72 and 0 <= metrics["padding_fraction"] < 0.05
     assert metrics["lr"] == 0.02 and metrics["control_test_accuracy"] < metrics["test_accuracy"]
+    # How each fit ended: the 4-epoch budget (patience 4) can only end these ones.
+    for prefix in ("", "control_"):
+        assert metrics[f"{prefix}stopped_epoch"] == 4 and metrics[f"{prefix}budget_bound"] == 1.0
+        assert 1 <= metrics[f"{prefix}best_epoch"] <= 4
+    assert not (out / "epochs.csv").exists()  # the per-epoch log is the train stage's
     bins = pd.read_csv(out / "bins.csv")
     assert {"centre_p", "mean_p", "std_p", "centre_v", "mean_v"} <= set(bins.columns)
     assert (out / "token_scores.png").stat().st_size > 10_000

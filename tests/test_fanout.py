@@ -68,7 +68,7 @@ def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prep
     from pipelines import calibrate, one_step, phase, prepare, train
 
     grid = [*TINY, "model.d=256", "phase.eta0=[20,40,80]", "calibration.max_replicates=2",
-            "calibration.max_flow_replicates=2", "train.datasets=[synthetic]", "ablation.datasets=[synthetic]",
+            "calibration.max_costly_replicates=2", "train.datasets=[synthetic]", "ablation.datasets=[synthetic]",
             "ablation.multiclass=synthetic", "d_sweep.datasets=[synthetic]"]
     seeded = [*TINY, *TINY_TRAIN, "base.seeds=[0,1]"]
     assert prepare.main(seeded) == 0

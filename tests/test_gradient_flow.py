@@ -9,7 +9,7 @@ from toksel.data.frequency import class_signed_frequency
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
-from toksel.theory.convergence import agreement, analyse_trajectory, log_growth
+from toksel.theory.convergence import agreement, analyse_trajectory, growth_settledness, log_growth
 from toksel.theory.gradient_flow import halved, record_times, run_gradient_flow
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 
@@ -123,3 +123,92 @@ def test_small_passes_run_on_one_thread_and_match_the_threaded_path(monkeypatch)
     threaded = run_gradient_flow(E1, p0, v, bags, horizon=1000.0, tolerance=1e-3)
     np.testing.assert_allclose(threaded.p, one.p, rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(threaded.loss, one.loss, rtol=1e-9)
+
+
+def _stiff_case():
+    """The synthetic case with each E_s's component along v made 31 times larger: the loss is steep along v, as on
+    real data after a one-step update with a large eta0, and gradient steps must stay short."""
+    _, bags, (p0, v), E1 = _one_step_case()
+    return bags, (p0, v), E1 + 30 * np.outer(E1 @ v, v) / (v @ v)
+
+
+def test_the_hessian_product_is_the_derivative_of_the_gradient():
+    from toksel.theory.flow_field import FlowField
+    from toksel.theory.stiff_flow import Hessian
+
+    rng = np.random.default_rng(0)
+    _, bags2, (p0, v), E1 = _one_step_case()
+    split = _class_biased_split(num_classes=4)
+    init = initialise(split.vocab_size, d=64, seed=0, num_classes=4)
+    bags4 = FusedBags.from_split(split, num_classes=4)
+    E4 = one_gradient_step_on_embeddings(init.E.numpy(), init.p.numpy(), init.v.numpy(), bags4, eta0=200.0)
+    for E, p, V, bags in ((E1, 20 * p0, v, bags2), (E4, 5 * init.p.numpy(), init.v.numpy(), bags4)):
+        field, hessian = FlowField(E, V, bags, 0.1), Hessian(E, E @ V, bags, p, 0.1)
+        u = rng.standard_normal(len(p))
+        step = 1e-5 * np.linalg.norm(p) / np.linalg.norm(u)
+        central = (field(p + step * u)[1] - field(p - step * u)[1]) / (2 * step)
+        np.testing.assert_allclose(hessian(u), central, rtol=1e-6, atol=1e-9 * np.abs(central).max())
+        w = rng.standard_normal(len(p))
+        assert w @ hessian(u) == pytest.approx(u @ hessian(w), rel=1e-10)  # symmetric
+
+
+def test_the_implicit_method_follows_the_same_flow_as_gradient_steps():
+    _, bags, init, E1 = _one_step_case(eta0=400.0)
+    explicit = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=1e-3)
+    implicit = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=1e-3, method="implicit")
+    assert implicit.method == "implicit" and explicit.method == "explicit"
+    assert np.array_equal(implicit.times, explicit.times) and sum(implicit.step_sizes) == pytest.approx(1e4)
+    assert agreement(explicit, implicit, 1.0, 1.0).faithful(0.02)
+    assert implicit.rebuilds[0] == 0 and explicit.rebuilds == () and explicit.evaluations > explicit.steps
+
+
+@pytest.mark.parametrize("method", ["implicit", "implicit-krylov"])
+def test_on_a_stiff_flow_the_implicit_methods_take_far_fewer_steps_and_their_halved_runs_agree(method):
+    bags, init, E = _stiff_case()
+    explicit = run_gradient_flow(E, *init, bags, horizon=1e4, tolerance=1e-3)
+    implicit = run_gradient_flow(E, *init, bags, horizon=1e4, tolerance=1e-3, method=method)
+    assert implicit.steps < explicit.steps / 10, (implicit.steps, explicit.steps)  # about 200 against 4,400
+    assert agreement(explicit, implicit, 1.0, 1.0).faithful(0.02)
+    finer = halved(E, *init, bags, implicit, 1e4)
+    assert finer.method == method and finer.steps == 2 * implicit.steps
+    assert {2 * step for step in implicit.rebuilds} <= set(finer.rebuilds)  # W built at the same flow times
+    assert agreement(implicit, finer, 1.0, 1.0).faithful(0.02)
+
+
+def test_the_implicit_methods_halved_check_can_fail():
+    _, bags, init, E1 = _one_step_case(eta0=400.0)
+    careless = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=0.3, method="implicit")
+    assert not agreement(careless, halved(E1, *init, bags, careless, 1e4), 1.0, 1.0).faithful(0.02)
+
+
+def test_an_unknown_method_is_refused():
+    from toksel.runtime.errors import ToksError
+
+    _, bags, init, E1 = _one_step_case()
+    with pytest.raises(ToksError, match="unknown method"):
+        run_gradient_flow(E1, *init, bags, horizon=10.0, tolerance=1e-3, method="implicit-euler")
+
+
+def test_settledness_tells_a_settled_statistic_from_a_transient():
+    t = record_times(1e6)
+    log_t = growth_settledness(t, 1 + 3 * np.log1p(t / 10))
+    assert log_t.settled and log_t.last == pytest.approx(log_t.previous, abs=0.02)
+    assert log_t.last == log_growth(t, 1 + 3 * np.log1p(t / 10))  # the same statistic, read on two doublings
+    converged = growth_settledness(t, 10 - 9 / (1 + t / 1e3))  # a finite limit, approached like 1/t
+    assert converged.settled and abs(converged.last) < 0.05
+    assert growth_settledness(t, 10 - 9 * np.exp(-t / 1e4)).settled
+    accelerating = growth_settledness(t, 1 + 1e-3 * t)  # still in its linear start
+    assert not accelerating.settled and accelerating.last > accelerating.previous + 0.1
+    power = growth_settledness(t, (1 + t) ** 0.3)  # faster than log t for ever: its reading keeps rising
+    assert not power.settled
+    late = growth_settledness(t, 1 + 3 * np.log1p(t / 3e5))  # starts to move in the last two doublings
+    assert not late.settled
+    assert growth_settledness(t, np.full_like(t, 3.0)).settled  # never moved: no growth, and that is final
+
+
+def test_the_implicit_penalised_flow_is_bounded_as_the_explicit_one_is():
+    _, bags, init, E1 = _one_step_case()
+    explicit = run_gradient_flow(E1, *init, bags, horizon=1e6, tolerance=1e-3, penalty=1e-6)
+    implicit = run_gradient_flow(E1, *init, bags, horizon=1e6, tolerance=1e-3, penalty=1e-6, method="implicit")
+    assert log_growth(implicit.times, implicit.p_norm) < 0.5
+    assert implicit.p_norm[-1] == pytest.approx(explicit.p_norm[-1], rel=0.02)

@@ -221,3 +221,12 @@ def test_this_projects_history_shows_the_rules_changed_after_its_first_results()
     assert spread["set_in"][:7] == "7abfcc1" and spread["previous"] == 2.0 and spread["status"] == CHANGED
     statistic = records_of(ledger, "statistic")["v_increasing"]
     assert statistic["status"] == CHANGED and statistic["previous"]["metric"] == "spearman_v_alpha"
+
+
+@pytest.mark.skipif(bool(_real_history_missing()), reason=_real_history_missing() or "the history is there")
+def test_the_docs_say_what_the_ledger_says():
+    """docs/verdicts.md's table of the rules changed after the data is the ledger's (python -m pipelines.ledger
+    --docs writes it): a rule changed without it fails here."""
+    text = (ROOT / "docs" / "verdicts.md").read_text()
+    written = text[text.index(ledger_stage.START):text.index(ledger_stage.END) + len(ledger_stage.END)]
+    assert written == ledger_stage.docs_block(build_ledger(ROOT).records)

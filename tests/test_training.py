@@ -2,6 +2,7 @@
 parent, an interrupted fit resumes where it stopped; and the token curves it reports."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -18,14 +19,16 @@ from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, published_runs, seed_folde
 from toksel.claims.measurements import EQUAL, MATCHED, grid_runs
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
-from toksel.data.token_table import read_token_table
+from toksel.data.token_table import TokenTable, read_token_table
 from toksel.runtime.config import load_config
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
-from toksel.theory.token_curves import binned_curve
+from toksel.theory.token_curves import CurveSettings, binned_curve, binned_curves
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule, batch_of_rows
 from toksel.training.fit import fit, resumable_checkpoint
+from toksel.training.protocol import Fitted, epoch_frame
+from toksel.training.record import epoch_spreads
 
 TRAIN = TINY_TRAIN
 
@@ -84,11 +87,11 @@ class Crash(pl.Callback):
             raise RuntimeError("simulated crash")
 
 
-def _fit_parts(config):
+def _fit_parts(config, lr=0.02):
     embeddings = np.load(results_dir("one_step", "synthetic") / "seed0" / "embeddings.npz")
     tokens = read_token_table(data_dir("synthetic", 0) / "tokens.csv")
     module = BagClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
-                           torch.tensor(tokens.important), train_embeddings=True, lr=0.02)
+                           torch.tensor(tokens.important), train_embeddings=True, lr=lr)
     data = PackedDataModule(data_dir("synthetic", 0), 16, 0.1, seed=0)
     return module, data
 
@@ -159,13 +162,22 @@ def test_the_d_sweep_fits_both_arms_at_every_d_beside_the_train_stages_runs(prep
     out = prepared / "results" / "d_sweep" / "synthetic"
     sweep = pd.read_csv(out / "sweep.csv")
     assert sorted(set(sweep["d"])) == [4, 32, 256]  # the sweep's d and the train stage's model.d
-    assert set(sweep["arm"]) == {"trained", "untrained"} and len(sweep) == 6  # one seed (TINY)
+    assert set(sweep["arm"]) == {"trained", "untrained", "one_step"} and len(sweep) == 9  # one seed (TINY)
+    spreads = [f"{prefix}bin_{kind}_{vector}" for prefix in ("", "train_binned_") for kind in ("spread", "std")
+               for vector in ("v", "p")]
+    assert np.isfinite(sweep[spreads].to_numpy()).all()  # every arm's spreads at every d, the train stage's too
+    assert sweep["stopped_epoch"].between(1, 6).all() and set(sweep["budget_bound"]) <= {0.0, 1.0}
     assert set(sweep[sweep["d"] == 256]["source"]) == {"train stage"}
     assert sweep["test_accuracy"].between(0, 1).all() and (sweep["d_over_vocabulary"] == sweep["d"] / 32).all()
     accuracy = sweep.set_index(["d", "arm"])["test_accuracy"]
     assert accuracy[256, "untrained"] > accuracy[4, "untrained"]  # random frozen embeddings need dimensions
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["d4"]["gap"] == pytest.approx(accuracy[4, "trained"] - accuracy[4, "untrained"])
+    spread = sweep.set_index(["d", "arm"])
+    for name, column in (("spread_ratio_v", "bin_spread_v"),
+                         ("train_binned_spread_ratio_p", "train_binned_bin_spread_p")):
+        assert metrics["d32"][name] == pytest.approx(spread.loc[(32, "trained"), column]
+                                                     / spread.loc[(32, "one_step"), column])
     assert (out / "accuracy.png").stat().st_size > 10_000
 
 
@@ -258,3 +270,125 @@ def test_live_curves_go_to_mlflow_as_a_fit_trains_and_publish_completes_those_ru
         assert trial.data.tags["mlflow.parentRunId"] == arm.info.run_id and trial.info.status == "FINISHED"
         assert trial.data.params["train.lr"] == "0.02"
         assert len(client.get_metric_history(trial.info.run_id, "train_loss_epoch")) == 6  # not sent twice
+
+
+def _measure():
+    """The train stage's per-epoch measure (the curves' spreads) on the tiny data."""
+    return epoch_spreads(read_token_table(data_dir("synthetic", 0) / "tokens.csv"), CurveSettings(min_count=1))
+
+
+# lr 0.1 with patience 2 overfits the tiny data: the validation loss is lowest at epoch 8, early stopping ends it
+# at 10 (found by running it; deterministic).
+EARLY = {"lr": 0.1, "max_epochs": 40, "patience": 2}
+
+
+def _converging(config, folder, max_epochs=EARLY["max_epochs"], **kwargs):
+    settings = dataclasses.replace(config.train, max_epochs=max_epochs, patience=EARLY["patience"])
+    with _record() as run:
+        result = fit(*_fit_parts(config, lr=EARLY["lr"]), settings, folder, "key", run, seed=0, progress=False,
+                     **kwargs)
+    return result, run
+
+
+def test_budget_bound_says_whether_the_epoch_budget_or_early_stopping_ended_a_fit(prepared):
+    config = load_config([*TINY, *TRAIN])
+    cut, _ = _converging(config, prepared / "checkpoints" / "cut", max_epochs=1)
+    assert (cut.stopped_epoch, cut.best_epoch, cut.budget_bound) == (1, 1, True)  # still falling when cut
+    assert cut.convergence() == {"stopped_epoch": 1.0, "best_epoch": 1.0, "budget_bound": 1.0}
+    early, _ = _converging(config, prepared / "checkpoints" / "early")
+    assert early.stopped_epoch < 40 and not early.budget_bound
+    assert early.best_epoch == early.stopped_epoch - EARLY["patience"]  # the patience ran out after the best
+    # Early stopping firing at the budget's last epoch converged all the same: it is not the budget that ended it.
+    last, _ = _converging(config, prepared / "checkpoints" / "last", max_epochs=early.stopped_epoch)
+    assert (last.stopped_epoch, last.best_epoch, last.budget_bound) == (early.stopped_epoch, early.best_epoch, False)
+
+
+def test_a_resumed_fit_ends_with_the_same_convergence_records_and_per_epoch_log(prepared):
+    config = load_config([*TINY, *TRAIN])
+    folder = prepared / "checkpoints" / "resume"
+    whole, whole_run = _converging(config, prepared / "checkpoints" / "whole", per_epoch=_measure())
+    assert len(whole.history) == whole.stopped_epoch < EARLY["max_epochs"]
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _converging(config, folder, per_epoch=_measure(), callbacks=[Crash(epoch=5)])
+    resumed, resumed_run = _converging(config, folder, per_epoch=_measure())
+    assert resumed.resumed_from_epoch == 5
+    assert resumed.convergence() == whole.convergence() and resumed.history == whole.history  # bit for bit
+    assert resumed.test == whole.test
+    # The run shows every epoch, those trained before the crash too.
+    assert [step for step, *_ in resumed_run.metrics["epoch_test_accuracy"]] == list(range(1, whole.epochs + 1))
+    assert len(resumed_run.metrics["epoch_train_binned_bin_spread_v"]) == whole.epochs
+    assert ([value for _, value, _ in resumed_run.metrics["epoch_val_loss"]]
+            == [value for _, value, _ in whole_run.metrics["epoch_val_loss"]])
+    # A fit that had stopped early is only tested when run again: the same records.
+    again, _ = _converging(config, folder, per_epoch=_measure())
+    assert again.resumed_from_epoch == whole.stopped_epoch
+    assert again.convergence() == whole.convergence() and again.history == whole.history
+
+
+def test_the_train_stage_logs_every_epoch_of_the_kept_and_matched_fits(prepared):
+    grid = ["train.lr_grid=[0.0001,0.02,0.5]", "train.lr=0.0001", "train.screen_epochs=2", "train.lr_extensions=0"]
+    assert train.main([*TINY, *TRAIN, *grid]) == 0
+    out = seed_folder(prepared, "train", "synthetic/trained")
+    metrics = json.loads((out / "metrics.json").read_text())
+    for name in ("", "control_"):
+        assert {f"{name}stopped_epoch", f"{name}best_epoch", f"{name}budget_bound",
+                f"{name}train_binned_bin_spread_v", f"{name}train_binned_bin_std_p"} <= metrics.keys()
+    rates = pd.read_csv(out / "grid.csv").set_index("lr")
+    log = pd.read_csv(out / "epochs.csv")
+    spreads = [f"{prefix}bin_{kind}_{vector}" for prefix in ("", "train_binned_") for kind in ("spread", "std")
+               for vector in ("v", "p")]
+    assert {"fit", "epoch", "lr", "train_loss", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
+            *spreads} <= set(log.columns)
+    assert sorted(set(log["fit"])) == ["kept", "matched"]  # not the screens, not the control
+    for fit_name, lr in (("kept", metrics["lr"]), ("matched", 0.0001)):
+        rows = log[log["fit"] == fit_name]
+        assert rows["epoch"].tolist() == list(range(1, int(rates.loc[lr, "stopped_epoch"]) + 1))  # one row an epoch
+        assert (rows["lr"] == lr).all() and rows["test_accuracy"].between(0, 1).all()
+        assert np.isfinite(rows[["train_loss", "val_loss", "test_loss", *spreads]].to_numpy()).all()
+    # The row of the best epoch measured the model the fit kept and tested.
+    best = log[(log["fit"] == "kept") & (log["epoch"] == metrics["best_epoch"])].iloc[0]
+    assert best["test_accuracy"] == pytest.approx(metrics["test_accuracy"], abs=1e-6)
+    assert best["val_loss"] == pytest.approx(metrics["best_val_loss"], rel=1e-5)
+    for name in spreads:
+        assert best[name] == pytest.approx(metrics[name], rel=1e-6)
+    kept_run = next(run for run in published_runs(prepared, "tags.stage = 'train'")
+                    if run.data.tags.get("phase") == "kept")
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    history = client.get_metric_history(kept_run.info.run_id, "epoch_test_accuracy")
+    assert sorted(point.step for point in history) == list(range(1, int(metrics["stopped_epoch"]) + 1))
+
+
+def _noisy_tokens(n=400, seed=0):
+    """Two classes, the held-out posterior difference a noisy measurement of the training one."""
+    rng = np.random.default_rng(seed)
+    train = rng.uniform(-1, 1, n)
+    alpha = train / 100
+    frame = pd.DataFrame({"count_class_0": 5, "count_class_1": 5, "alpha_class_0": -alpha / 2,
+                          "alpha_class_1": alpha / 2, "alpha": alpha, "token_type": 0, "importance": np.abs(alpha),
+                          "heldout_count": 10, "posterior_difference": train, "heldout_alpha": alpha,
+                          "heldout_posterior_difference": train + rng.normal(0, 0.4, n)})
+    return TokenTable(frame, 2)
+
+
+def test_curves_binned_on_the_training_statistic_use_the_same_tokens_along_another_axis():
+    tokens = _noisy_tokens()
+    scores = tokens.column("posterior_difference")  # a score that follows the training statistic exactly
+    settings = CurveSettings(bins=10, min_count=1)
+    heldout, trained = (binned_curves(tokens, scores, scores, settings, binned_on=on) for on in ("heldout", "train"))
+    assert heldout["p"].counts.sum() == trained["p"].counts.sum() == len(tokens)  # the same tokens
+    assert trained["v"].mean_std < 0.5 * heldout["v"].mean_std  # binned on what it follows, it scatters less
+    default = binned_curves(tokens, scores, scores, settings)
+    np.testing.assert_array_equal(default["v"].means, heldout["v"].means)  # today's curves by default
+    with pytest.raises(ValueError, match="binned_on"):
+        binned_curves(tokens, scores, scores, settings, binned_on="validation")
+
+
+def test_the_epoch_log_names_each_protocols_fit_even_when_the_matched_rate_is_the_kept_one():
+    rows = tuple({"epoch": float(epoch), "test_accuracy": 0.5 + epoch / 10} for epoch in (1, 2))
+    kept, other = Fitted(None, {}, {}, rows), Fitted(None, {}, {}, rows[:1])
+    log = epoch_frame(kept, other)
+    assert log.columns[0] == "fit" and log["fit"].tolist() == ["kept", "kept", "matched"]
+    assert log["epoch"].tolist() == [1, 2, 1]
+    assert epoch_frame(kept, kept)["fit"].tolist() == ["kept", "kept", "matched", "matched"]  # train.lr kept
+    assert epoch_frame(kept, None)["fit"].tolist() == ["kept", "kept"]  # the matched rate diverged
+    assert epoch_frame(Fitted(None, {}, {}), None).empty  # no per-epoch log (the ablations, the d sweep)

@@ -114,12 +114,16 @@ def model_scores(learnt: TokenTable, fidelity: float | tuple[float, float], rng:
     return score_p, planted(alpha, fidelity_v, rng, tighter)
 
 
-def curve_statistics(population: TokenPopulation, strength: float, fidelity: float, settings: CurveSettings,
+Drawn = tuple[TokenTable, TokenTable]  # a draw of the data's table, and the table of what a model learnt from it
+
+
+def curve_statistics(drawn: Drawn, fidelity: float, settings: CurveSettings,
                      rng: np.random.Generator) -> dict[str, float]:
-    """One seed: a draw of the data and a planted model's curve metrics (token_curves). Its E_s^T v follows
-    alpha_s, as Lemma 4.1 has it; the metrics prefixed `posterior_` are those of a model whose E_s^T v follows the
-    posterior difference instead, the x of the paper's figures and tables (the claims on the sides of x)."""
-    table, learnt = population.draw(strength, rng)
+    """One seed: a planted model's curve metrics (token_curves) on a draw of the data (TokenPopulation.draw). Its
+    E_s^T v follows alpha_s, as Lemma 4.1 has it; the metrics prefixed `posterior_` are those of a model whose
+    E_s^T v follows the posterior difference instead, the x of the paper's figures and tables (the claims on the
+    sides of x). rng: the model's noise alone, so that one draw of the data serves every fidelity."""
+    table, learnt = drawn
     score_p, score_v = model_scores(learnt, fidelity, rng)
     metrics = token_curves(table, score_p, score_v, settings)[0]
     if table.binary:
@@ -129,12 +133,12 @@ def curve_statistics(population: TokenPopulation, strength: float, fidelity: flo
     return metrics
 
 
-def spread_statistics(population: TokenPopulation, tighter: float, fidelity: tuple[float, float],
-                      settings: CurveSettings, rng: np.random.Generator) -> dict[str, float]:
+def spread_statistics(drawn: Drawn, tighter: float, fidelity: tuple[float, float], settings: CurveSettings,
+                      rng: np.random.Generator) -> dict[str, float]:
     """One seed: a full-training arm and an arm whose scatter is `tighter` times smaller, on one draw of the
     data; the ratio of their spreads, raw and scale-free, for E_s^T v and E_s^T p (the spread claims' statistics).
     fidelity: (p's, v's) of the full-training arm, as the real trained arm's own statistics measure them."""
-    table, learnt = population.draw(1.0, rng)
+    table, learnt = drawn
     trained = spreads(binned_curves(table, *model_scores(learnt, fidelity, rng), settings))
     frozen = spreads(binned_curves(table, *model_scores(learnt, fidelity, rng, tighter), settings))
     return {f"{name}_{vector}": trained[f"{name}_{vector}"] / frozen[f"{name}_{vector}"]

@@ -9,8 +9,9 @@ flows for the theory, its own token statistics and their sampling noise for the 
 
 A family is calibrated on a dataset when its power at the paper's size (or, where the paper gives no number, at
 the family's reference effect) is at least 0.8 and its false-positive rate at the null at most 0.1; a rule blind
-at the paper's size does not count there. The rates' precision: a Wilson half-width of calibration.precision where
-a replicate is cheap (the one step, planted statistics), calibration.flow_precision where it follows flows.
+at the paper's size does not count there. Each rate is drawn to a Wilson half-width of calibration.precision where
+a replicate is cheap (planted statistics, the one step on small synthetic data), calibration.costly_precision
+where it follows flows or passes over a text corpus (`precision`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from toksel.runtime.fanout import map_units
 MAX_FALSE_POSITIVES = 0.1
 PAPER_GAP = 0.23  # the rebuttal's 0.95 - 0.72
 SHARES = (0.0, 0.5, 0.8, 0.9, 0.94, 0.97, 0.99, 1.0)  # the one step's: its rules sit near all of the signal
-FLOW_SHARES = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
-PENALTIES = (0.25, 0.05, 0.01, 0.002, 0.0)  # lambda T: 0.25 is Lemma 4.2's control, 0 the flow itself
+FLOW_SHARES = (0.0, 0.5, 0.75, 0.9, 1.0)  # a flow replicate costs seconds: five rungs, the null and past the edge
+PENALTIES = (0.25, 0.03, 0.003, 0.0)  # lambda T: 0.25 is Lemma 4.2's control, 0 the flow itself
 FIDELITIES = (0.0, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95)  # the planted model's correlation with what it learnt
 # Where the paper gives no number (a curve that rises, a U): a planted model that follows what it learnt with
 # correlation 0.8, a clear trend whose noise-corrected statistic reads about 0.8, half again the threshold 0.5.
@@ -147,18 +148,33 @@ class Answers:
 
         def draw(pairs: Sequence[tuple[float, int]]) -> list[Sequence[float | None]]:
             units = [unit(*pair) for pair in pairs]
-            missing = list(dict.fromkeys(item for item in units if item not in self._drawn))
-            found = map_units(self.work, missing, self.config.compute, "processes", self.progress)
-            self._drawn |= dict(zip(missing, found, strict=True))
+            # A replicate's rungs side by side (their data are the same draw), in chunks of units, not a task each:
+            # a unit of the one step on small data takes milliseconds, which a process's task would cost again.
+            missing = sorted(dict.fromkeys(item for item in units if item not in self._drawn),
+                             key=lambda item: item[-1])
+            chunks = [tuple(missing[start:start + CHUNK]) for start in range(0, len(missing), CHUNK)]
+            found = map_units(functools.partial(_each, self.work), chunks, self.config.compute, "processes",
+                              self.progress)
+            self._drawn |= dict(zip(missing, (result for chunk in found for result in chunk), strict=True))
             return [[seed.get(family.statistic) for seed in self._drawn[item]] for item in units]
 
         return draw
 
 
-def precision(family: Family, config: Config) -> Precision:
+CHUNK = 8  # units of known answers per task of the fan-out
+
+
+def _each(work: Callable[[Unit], Sequence[dict[str, Any]]], units: Sequence[Unit]) -> list[Sequence[dict[str, Any]]]:
+    return [work(unit) for unit in units]
+
+
+def precision(config: Config, costly: bool) -> Precision:
+    """How precisely a rate is drawn: calibration.precision where a replicate is cheap (planted statistics, the one
+    step on small synthetic data), calibration.costly_precision where it follows flows or passes over a text corpus
+    (IMDB's 3.3 million entries, five times a replicate)."""
     settings = config.calibration
-    if family.flows:
-        return Precision(settings.flow_precision, settings.max_flow_replicates)
+    if costly:
+        return Precision(settings.costly_precision, settings.max_costly_replicates)
     return Precision(settings.precision, settings.max_replicates)
 
 
@@ -168,6 +184,9 @@ def step_answers(regime: StepRegime, config: Config, progress: Callable[[], None
 
 def flow_answers(regime: FlowRegime, config: Config, progress: Callable[[], None]) -> Answers:
     return Answers(functools.partial(flow_unit, regime), config, progress)
+
+
+DRAWS_KEPT = 256  # draws of a dataset's token table kept for the rungs still to read them (a few MB each)
 
 
 class PlantedAnswers:
@@ -181,6 +200,7 @@ class PlantedAnswers:
         self.fidelity = fidelity  # the real trained arm's, (p's, v's): the scatter the spread's arms start from
         self.settings = curve_settings(config.train)  # the claims' own binning and choice of tokens
         self._drawn: dict[tuple, dict[str, float]] = {}
+        self._data: dict[tuple[int, int], tuple] = {}
 
     def _rng(self, *key: float) -> np.random.Generator:
         return np.random.default_rng((self.config.calibration.seed, self.salt, *(round(1000 * k) for k in key)))
@@ -188,11 +208,17 @@ class PlantedAnswers:
     def _statistics(self, source: str, effect: float, replicate: int, seed: int) -> dict[str, float]:
         key = (source, effect, replicate, seed)
         if key not in self._drawn:
-            rng = self._rng(len(source), replicate, seed)  # the same draws at every effect
+            # The same draw of the data and the same noise at every rung (common random numbers): the rungs
+            # differ by their effect alone, and a draw is made once.
+            if (replicate, seed) not in self._data:
+                if len(self._data) >= DRAWS_KEPT:  # the oldest first: a batch asks for each replicate's rungs together
+                    self._data.pop(next(iter(self._data)))
+                self._data[replicate, seed] = self.population.draw(1.0, self._rng(1, replicate, seed))
+            drawn, rng = self._data[replicate, seed], self._rng(len(source), replicate, seed)
             if source == "spread":
-                self._drawn[key] = spread_statistics(self.population, effect, self.fidelity, self.settings, rng)
+                self._drawn[key] = spread_statistics(drawn, effect, self.fidelity, self.settings, rng)
             else:
-                self._drawn[key] = curve_statistics(self.population, 1.0, effect, self.settings, rng)
+                self._drawn[key] = curve_statistics(drawn, effect, self.settings, rng)
         return self._drawn[key]
 
     def for_family(self, family: Family) -> DrawMany:
@@ -203,7 +229,8 @@ class PlantedAnswers:
             family.statistic] for seed in range(self.seeds)])
 
 
-def row(family: Family, where: str, draw: DrawMany | None, config: Config, reason: str = "") -> dict[str, Any]:
+def row(family: Family, where: str, draw: DrawMany | None, config: Config, reason: str = "",
+        costly: bool = False) -> dict[str, Any]:
     """A family's row of the calibration table on one dataset: its operating curve, the power at its reference
     effect, the false-positive rate at its null, where the power reaches 0.8, and whether it is calibrated."""
     claim = BY_ID[family.claim]
@@ -212,7 +239,7 @@ def row(family: Family, where: str, draw: DrawMany | None, config: Config, reaso
             "reference": family.reference, "paper": family.paper, "null_effect": family.null}
     if draw is None:
         return base | {"calibrated": False, "reason": reason or "not computed"}
-    wanted = precision(family, config)
+    wanted = precision(config, costly or family.flows)
     curve = operating_curve(claim, config, family.ladder, draw, wanted)
     power, null = rate_at(curve, family.reference), rate_at(curve, family.null)
     crossing = power_crossing(curve) if family.ladder == tuple(sorted(family.ladder)) else power_crossing(

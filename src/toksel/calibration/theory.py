@@ -16,6 +16,7 @@ calibrated is what the claims run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from toksel.data.corpus import PackedSplit
-from toksel.data.prepared import prepare_synthetic
+from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import TokenTable, read_token_table
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
@@ -47,9 +48,10 @@ def seed_of(*parts: int) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _split(folder: str) -> tuple[PackedSplit, TokenTable]:
-    """A draw's training split and token table, read once per process."""
-    return PackedSplit.load(Path(folder) / "train.npz"), read_token_table(Path(folder) / "tokens.csv")
+def _split(folder: str) -> tuple[PackedSplit, TokenTable, FusedBags]:
+    """A draw's training split, token table and the split in the compiled pass's layout, read once per process."""
+    split, tokens = PackedSplit.load(Path(folder) / "train.npz"), read_token_table(Path(folder) / "tokens.csv")
+    return split, tokens, FusedBags.from_split(split, tokens.num_classes)
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,14 @@ def one_step_statistics(regime: StepRegime, share: float, replicate: int) -> lis
     regressed on the true alpha_s."""
     found = []
     for seed, folder in enumerate(regime.folders):
-        split, tokens = _split(folder)
+        split, tokens, bags = _split(folder)
         classes = tokens.num_classes
         draw = (regime.salt, replicate, seed)
-        labelled = split.with_signal(share, draw)
+        labels = split.with_signal(share, draw).labels  # the same rows: only the labels change
         scores, values, p_dot_v = projected_initialisation(split.vocab_size, regime.d, classes,
                                                            np.random.default_rng((*draw, 1)))
-        along = update_along_outputs(scores, values, p_dot_v, FusedBags.from_split(labelled, classes), regime.eta0)
+        along = update_along_outputs(scores, values, p_dot_v, dataclasses.replace(bags, labels=labels),
+                                     regime.eta0)
         alpha = tokens.column("alpha") if tokens.binary else tokens.per_class("alpha")
         found.append(lemma41_statistics(along, alpha, theory_slope(regime.eta0, classes),
                                         np.flatnonzero(tokens.occurring())))
@@ -92,6 +95,24 @@ class FlowRegime:
     salt: int
 
 
+def _training_draw(synthetic: SyntheticConfig, draw: tuple[int, ...]) -> tuple[PackedSplit, np.ndarray]:
+    """A fresh training split of the generator (the same draw prepare makes for seed `draw`: the train split is
+    its first) and which tokens are important, without the test split and token table the flows do not read;
+    the last few are kept, so that a replicate's rungs share theirs."""
+    key = (dataclasses.astuple(synthetic), draw)
+    if key not in _DRAWS:
+        vocab = SyntheticVocabulary(synthetic.n_positive, synthetic.n_negative, synthetic.n_irrelevant)
+        rng = np.random.default_rng(draw)
+        split = generate(synthetic.mode, vocab, synthetic.n_train, synthetic.seq_len, synthetic.delta, rng)
+        if len(_DRAWS) >= 64:
+            _DRAWS.pop(next(iter(_DRAWS)))
+        _DRAWS[key] = split, vocab.groups() != 0
+    return _DRAWS[key]
+
+
+_DRAWS: dict[tuple, tuple[PackedSplit, np.ndarray]] = {}
+
+
 def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate: int) -> list[dict[str, float]]:
     """One verdict's seeds: each a fresh draw of the data and initialisation, the one step on labels keeping
     `share` of their signal, then the flow on the true labels with the penalty `penalty` / horizon on |p|^2/2:
@@ -101,8 +122,7 @@ def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate:
     flow = regime.flow
     for seed in range(regime.seeds):
         draw = (regime.salt, replicate, seed)
-        prepared = prepare_synthetic(regime.synthetic, draw)
-        train, tokens = prepared.splits["train"], prepared.tokens
+        train, important = _training_draw(regime.synthetic, draw)
         init = initialise(train.vocab_size, regime.d, seed_of(*draw))
         E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
         E1 = embedding_update(E0, p0, v, FusedBags.from_split(train.with_signal(share, draw)), regime.eta0
@@ -113,8 +133,8 @@ def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate:
         if penalty == 0 and flow.max_margin:
             p_final = trajectory.p[-1]
             chosen = selected_entries(E1 @ p_final / np.linalg.norm(p_final), train, flow.selection_tol)
-            target = solve_max_margin(E1, constraint_pairs(tokens.important[train.bag_tokens], train))
-            statistics |= {"selection_fraction": selection_fraction(chosen, tokens.important, train),
+            target = solve_max_margin(E1, constraint_pairs(important[train.bag_tokens], train))
+            statistics |= {"selection_fraction": selection_fraction(chosen, important, train),
                            "cos_max_margin_important": cosine(p_final, target.direction) if target.solved else None}
         found.append(statistics)
     return found

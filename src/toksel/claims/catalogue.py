@@ -118,6 +118,8 @@ class Claim:
     null_at_threshold: bool = False
     protocol: str = ""  # how the runs it reads were trained, where there is more than one way ("": the stage's one)
     settings: tuple[str, ...] = ()  # the params.yaml keys that set its protocol or its test's level (the ledger)
+    inferred: tuple[str, ...] = ()  # what we infer its lemma needs, beyond what the paper states: shown, not applied
+    settled: str = ""  # the per-seed metric that says its statistic has stopped moving ("": it reads a final value)
 
     def value(self, runs: Mapping[str, Mapping[str, Any]]) -> float | None:
         return self.statistic.of(runs)
@@ -222,7 +224,7 @@ CLAIMS: tuple[Claim, ...] = (
           "since the flow started to move (about 1 for log t growth, 0 for a bounded |p_t| that has settled)", ">=",
           "evaluate.min_log_growth", "the same flow over the same horizon on the loss plus a weak L2 penalty on p "
           "(gradient_flow.control_penalty / T), whose |p_t| is bounded", producer="evaluate", family="growth",
-          requires=("binary", "full_rank"), settings=FLOW_SETTINGS,
+          requires=("binary",), inferred=("full_rank",), settled="log_growth_settled", settings=FLOW_SETTINGS,
           bug="growth read over the whole flow, or its first half, where the bounded flow rises too"),
     Claim("lemma44_selection", "Lemma 4.4", "p_t selects the important token of every sequence", "assumption1",
           "every sequence", Statistic(("flow",), "selection_fraction"),
@@ -322,6 +324,7 @@ class Measurement:
     protocol: str = ""  # "": the claim's own protocol; else the variant it was measured under (sensitivity)
     regime: dict[str, Any] | None = None  # the dataset's Regime, where the claim's lemma asks something of it
     budget_bound: list[int] | None = None  # per seed: how many of the fits it reads the epoch budget stopped
+    settled: list[bool] | None = None  # per seed: whether its statistic had stopped moving (Claim.settled)
 
     @property
     def bound_fits(self) -> int:
@@ -353,9 +356,13 @@ def measure(claim: Claim, data: str, runs_by_seed: Mapping[int, Mapping[str, Map
         runs = with_next(seed)
         return sum(runs.get(name, {}).get("budget_bound") == 1 for name in claim.statistic.runs)
 
+    def settled(seed: int) -> bool:
+        return runs_by_seed[seed].get(claim.statistic.runs[0], {}).get(claim.settled) == 1
+
     return Measurement(claim.id, data, seeds, [claim.value(with_next(seed)) for seed in seeds],
                        [claim.control_value(with_next(seed)) for seed in seeds], detail, protocol=protocol,
-                       regime=None if regime is None else asdict(regime), budget_bound=[bound(seed) for seed in seeds])
+                       regime=None if regime is None else asdict(regime), budget_bound=[bound(seed) for seed in seeds],
+                       settled=[settled(seed) for seed in seeds] if claim.settled else None)
 
 
 def claim_metrics(assessed: Sequence[Assessment]) -> dict[str, float | None]:
@@ -422,8 +429,15 @@ class Assessment:
 
     @property
     def judged(self) -> bool:
-        """Measured, in scope and a claim (not a description): it counts."""
-        return self.measurement is not None and self.verdict not in ("exploratory", "described")
+        """Measured, in scope, a claim (not a description) whose statistic had settled: it is judged."""
+        return self.measurement is not None and self.verdict not in ("exploratory", "described", "transient")
+
+    @property
+    def inferred(self) -> tuple[str, ...]:
+        """What the dataset lacks of what we infer the claim's lemma needs (shown beside the verdict, not applied)."""
+        if self.measurement is None or not self.measurement.regime:
+            return ()
+        return tuple(Regime(**self.measurement.regime).unmet(self.claim.inferred))
 
     @property
     def control_behaved(self) -> bool | None:
@@ -471,6 +485,8 @@ def assess(claim: Claim, measurement: Measurement | None, config: Any) -> Assess
 
     unmet = tuple(Regime(**measurement.regime).unmet(claim.requires)) if measurement.regime else ()
     judged = verdict(ours, measurement.values, measurement.bounds)
-    return Assessment(claim, measurement, threshold, ours, "exploratory" if unmet else judged, control,
+    moving = measurement.settled is not None and not all(measurement.settled)
+    shown = "exploratory" if unmet else "transient" if moving else judged
+    return Assessment(claim, measurement, threshold, ours, shown, control,
                       verdict(control, measurement.control, measurement.control_bounds), unmet, judged,
                       p=p_values(ours, claim.comparison, threshold, base.band))

@@ -7,9 +7,9 @@ screen, trained until its validation loss stopped improving (the kept model), it
 comparison of two arms means something only when both have converged: a fit the epoch budget stopped is counted
 in each measurement (`budget_bound`), and the report does not count a verdict that rests on one. The claims whose
 verdict depends on the protocol are measured again for the report's sensitivity table: `matched lr` (every arm at
-one rate, train.lr, the rebuttal's protocol as far as it is told, under the same stopping rule), `matched lr at
-epoch 20` (the same fits read at the old budget of 20 epochs, from their per-epoch log: the reading the rebuttal's
-72 % matches), `equal steps` (every arm at its tuned rate after the same train.screen_epochs epochs: its screen)
+one rate, train.lr, within train.matched_max_epochs: the rebuttal's protocol as far as it is told, and the budget
+it had here before, whose untrained arm reads the rebuttal's 72 %), `equal steps` (every arm at its tuned rate after
+the same train.screen_epochs epochs: its screen)
 and, for the spread ratios, the `theory protocol` (E frozen at E1, v at v0, p from gradient_flow: the setting of
 Lemma 4.1 and Theorem 4.3).
 """
@@ -35,8 +35,6 @@ Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics
 PROTOCOL_CLAIMS = ("accuracy_gap", "accuracy_gap_size", "spread_ratio_v", "spread_ratio_v_size", "spread_ratio_p",
                    "spread_ratio_p_size")
 MATCHED, TUNED, EQUAL, THEORY = "matched lr", "tuned lr", "equal steps", "theory protocol"
-EARLY = "matched lr at epoch 20"  # the matched fits read at the budget the paper's protocol had here before
-EARLY_EPOCH = 20
 SCREEN_PREFIX = "screen_"  # a rate's metrics after the screen in grid.csv (training/protocol.py writes them)
 
 
@@ -144,7 +142,8 @@ def dataset_measurements(dataset: str, config: Config, producer: str,
               if claim.producer == producer and in_scope(claim, dataset, config.data, config)]
     if producer == "evaluate":
         runs, where = dataset_runs(dataset, config), regime(dataset, config)
-        return [measure(claim, dataset, runs, details.get(claim.id, ""), regime=where if claim.requires else None)
+        return [measure(claim, dataset, runs, details.get(claim.id, ""),
+                        regime=where if claim.requires or claim.inferred else None)
                 for claim in claims]
     kept, matched = dataset_runs(dataset, config, arms=True), grid_runs(dataset, config, MATCHED)
     rates = kept_rates(kept)
@@ -152,9 +151,6 @@ def dataset_measurements(dataset: str, config: Config, producer: str,
                 for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
     measured += [measure(claim, dataset, matched, protocol=MATCHED) for claim in variants]
-    early = epoch_runs(dataset, config, EARLY_EPOCH)
-    measured += [measure(claim, dataset, early, protocol=EARLY) for claim in variants
-                 if claim.id.startswith("accuracy_gap")]
     measured += [measure(claim, dataset, grid_runs(dataset, config, EQUAL), protocol=EQUAL) for claim in variants]
     curves = curve_settings(config.train)
     theory = {seed: {**kept[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}
@@ -182,30 +178,8 @@ def claim_runs(producer: str, dataset: str, config: Config, protocol: str = "") 
     if producer == "ablation_report":
         return ablation_runs(dataset, config)
     if producer == "compare":
-        if protocol == EARLY:
-            return epoch_runs(dataset, config, EARLY_EPOCH)
         return grid_runs(dataset, config, protocol) if protocol else dataset_runs(dataset, config, arms=True)
     return {}
 
 
 EPOCHS = "epochs.csv"  # each arm's per-epoch log of its kept and matched fits (training/record.py)
-
-
-def epoch_runs(dataset: str, config: Config, epoch: int) -> Runs:
-    """seed -> arm -> the matched fit's test accuracy at `epoch` (or at its last epoch, if it stopped before), from
-    the arm's per-epoch log, with budget_bound 1 where the fit was still training then; {} where there is no log."""
-    runs: Runs = {seed: {} for seed in config.training_seeds}
-    for arm in EMBEDDINGS:
-        for seed in config.training_seeds:
-            path = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed) / EPOCHS
-            if not path.exists():
-                continue
-            log = pd.read_csv(path)
-            fits = log[log["fit"] == "matched"] if (log["fit"] == "matched").any() else log[log["fit"] == "kept"]
-            reached = fits[fits["epoch"] <= epoch]
-            if not len(reached):
-                continue
-            row = reached.iloc[-1]
-            runs[seed][arm] = {"test_accuracy": float(row["test_accuracy"]),
-                               "budget_bound": float(len(fits) > len(reached))}
-    return runs

@@ -6,15 +6,16 @@ A row's rule is its claim's statistic, comparison, kind, threshold and band, sco
 the settings of its protocol. A dataset's own setting (datasets.<name>.<key>) bears on that dataset's rows alone; a
 top-level setting on the rows of the datasets that do not override it. The verdict under the rule before reverts
 every component changed after the data to its previous value where this run's numbers can be judged that way:
-an old threshold, comparison, kind or band, the equivalence test's old level (the 95 % interval), no requirement
-(what the rule alone says), an old statistic the runs still record, the protocol before (the matched-lr fits,
-read at epoch 20 where the epoch budget changed too). A change this run cannot undo (a flow's horizon, the
+an old threshold, comparison, kind or band, the equivalence test's old level (the 95 % interval), the lemma's
+requirements as they were, an old statistic the runs still record, the protocol before (the matched-lr fits,
+within the budget they had). A change this run cannot undo (a flow's horizon, the
 one step's eta0, the rates screened) leaves the old verdict "not recomputed", with the reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,16 +79,20 @@ class RuleHistory:
         """The row's cell: the status, each change with its commit and why, and the old verdict."""
         if not self.changed:
             return self.status
-        parts = [f"{record['component']} {_shown(record['previous'])} -> {_shown(record['value'])} "
+        parts = [f"{record['component']} {shown(record['previous'])} -> {shown(record['value'])} "
                  f"({record['set_in']}: {record['subject']})" for record in self.changes]
         return (f"{CHANGED_TEXT}: " + "; ".join(parts) + f". Under the rule before: {self.old_verdict}"
                 + (f" ({self.note})" if self.note else ""))
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A component's value in a table cell: a statistic as `metric of runs (combine)`, text as it is."""
     if isinstance(value, Mapping) and {"runs", "metric", "combine"} <= value.keys():
-        return f"{value['metric']} of {', '.join(value['runs'])}"
-    return str(value) if value != "" else '""'
+        combine = "" if value["combine"] == "value" else f" ({value['combine']})"
+        return f"{value['metric']} of {', '.join(value['runs'])}{combine}"
+    if isinstance(value, str):
+        return value or '""'
+    return json.dumps(value)
 
 
 def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]] | None, config: Any,
@@ -106,7 +111,7 @@ def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]]
     return RuleHistory(CHANGED_TEXT, tuple(changes), verdict, note)
 
 
-MATCHED, EARLY = "matched lr", "matched lr at epoch 20"  # claims/measurements.py's protocols
+MATCHED = "matched lr"  # claims/measurements.py's protocol of the rule before: one rate, the old 20-epoch budget
 
 
 def _own_key(component: str) -> str:
@@ -122,17 +127,19 @@ def _old_verdict(item: Assessment, previous: Mapping[str, Any], config: Any, rem
                      if _own_key(component) in RERUN})
     if undone:
         return "not recomputed", "this run cannot undo " + ", ".join(undone)
-    old = dataclasses.replace(claim, requires=(), **{field: previous[field] for field in ("comparison", "kind",
-                                                                                        "paper_value")
-                                                     if field in previous})
+    old = dataclasses.replace(claim, **{field: previous[field] for field in ("comparison", "kind", "paper_value")
+                                        if field in previous})
+    if "requires" in previous:
+        old = dataclasses.replace(old, requires=tuple(previous["requires"]))
+        notes.append(f"the requirements it had then ({', '.join(previous['requires']) or 'none'})")
     if "statistic" in previous:
         before = previous["statistic"]
         old = dataclasses.replace(old, statistic=Statistic(tuple(before["runs"]), before["metric"], before["combine"]))
         notes.append(f"its statistic then, {before['metric']}")
     protocol = ""
     if "protocol" in previous:
-        protocol = EARLY if any(_own_key(component) == "train.max_epochs" for component in previous) else MATCHED
-        notes.append(f"the {protocol} fits")
+        protocol = MATCHED
+        notes.append(f"the {protocol} fits (their budget train.matched_max_epochs, the old one)")
     elif any(_own_key(component) == "train.max_epochs" for component in previous):
         return "not recomputed", "needs the arms under the old epoch budget"
     measurement = item.measurement if old.statistic == claim.statistic and not protocol else remeasure(old, protocol)
@@ -141,12 +148,10 @@ def _old_verdict(item: Assessment, previous: Mapping[str, Any], config: Any, rem
     threshold = previous.get("threshold_value", item.threshold)
     if not isinstance(threshold, int | float) or not math.isfinite(threshold):
         return "none", f"no threshold before ({threshold})"
-    if "requires" in previous:
-        notes.append("without the lemma's requirements")
     if "report.size_alpha" in previous:
         notes.append("its 95 % interval, as size checks were read before the equivalence test")
         return _wide_verdict(old, measurement, float(threshold)), "; ".join(notes)
-    judged = assess(old, dataclasses.replace(measurement, regime=None),
+    judged = assess(old, dataclasses.replace(measurement, regime=item.measurement.regime),
                     _Thresholds(config, _threshold_key(claim, old), float(threshold)))
     return judged.verdict, "; ".join(notes)
 

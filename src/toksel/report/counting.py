@@ -43,7 +43,7 @@ def reason_not_counted(item: Assessment, dataset: str, calibration: Sequence[Map
     """"" for a row that counts; else why not, in a few words."""
     if item.measurement is None:
         return "not run"
-    if item.verdict in ("exploratory", "described", "not computed"):
+    if item.verdict in ("exploratory", "described", "transient", "not computed"):
         return item.verdict
     found = calibration_row(calibration, item.claim.family, dataset)
     if found is None:

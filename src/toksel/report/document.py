@@ -33,7 +33,7 @@ from toksel.claims.catalogue import (
     in_scope,
     measure,
 )
-from toksel.claims.measurements import EARLY, EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED, claim_runs
+from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED, claim_runs
 from toksel.claims.verdict import Interval
 from toksel.report.changes import RuleHistory, history
 from toksel.report.counting import Counting, count
@@ -49,7 +49,7 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
 }
-PROTOCOLS = (TUNED, MATCHED, EARLY, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
+PROTOCOLS = (TUNED, MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
 CALIBRATION = results_dir("calibration", "") / "calibration.json"
 VERDICT_KINDS = ("holds", "fails", "inconclusive", "not computed")
@@ -92,9 +92,15 @@ class Row:
         item = self.assessment
         if item.verdict == "not run":
             return f"not run ({self.producer})"
+        inferred = f"; our inference, not the paper's: it {'; '.join(item.inferred)}" if item.inferred else ""
         if item.verdict == "exploratory":
             return f"exploratory ({'; '.join(item.unmet)}; the rule alone would say {item.judged_verdict})"
-        return item.verdict
+        if item.verdict == "transient":
+            moving = sum(not settled for settled in item.measurement.settled)
+            return (f"not tested: transient (its statistic still moves over the last two doublings of the flow on "
+                    f"{moving} of {len(item.measurement.settled)} seeds; the rule alone would say "
+                    f"{item.judged_verdict}{inferred})")
+        return item.verdict + (f" ({inferred[2:]})" if inferred else "")
 
 
 def rows(config: Config, measurements: list[Measurement],
@@ -161,27 +167,42 @@ def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
             counts[f"{prefix}_{name}"] = float(sum(row.assessment.verdict == verdict for row in counted))
             counts[f"{prefix}_{name}_holm"] = float(sum(row.counting.controlled == verdict for row in counted))
         counts[f"{prefix}_held_by"] = float(sum(row.counting.controlled_by == "holds" for row in counted))
+        # The two kinds of rule apart (the ledger): fixed before the data, or changed after them.
+        changed = [row for row in counted if row.rule is not None and row.rule.changed]
+        counts[f"{prefix}_changed_rule"] = float(len(changed))
+        counts[f"{prefix}_changed_rule_held_holm"] = float(sum(row.counting.controlled == "holds" for row in changed))
+        counts[f"{prefix}_fixed_rule_held_holm"] = counts[f"{prefix}_held_holm"] - counts[
+            f"{prefix}_changed_rule_held_holm"]
         judged = [row for row in mine if row.assessment.judged and row not in counted]
         counts[f"{prefix}_not_counted"] = float(len(judged))
         counts[f"{prefix}_not_run"] = float(sum(row.assessment.measurement is None for row in mine))
     items = [row.assessment for row in every]
     controlled = [row.assessment for row in every if row.counting is not None and row.counting.counted]
     return counts | {"exploratory": float(sum(item.verdict == "exploratory" for item in items)),
+                     "transient": float(sum(item.verdict == "transient" for item in items)),
                      "described": float(sum(item.verdict == "described" for item in items)),
                      "controls_behaved": float(sum(item.control_behaved is True for item in controlled))}
 
 
 def headline(counts: dict[str, float]) -> str:
     def part(prefix: str) -> str:
-        return (f"{counts[f'{prefix}_held_holm']:.0f} of {counts[prefix]:.0f} counted hold under the error control "
-                f"({counts[f'{prefix}_held']:.0f} by their own rule), {counts[f'{prefix}_failed_holm']:.0f} fail "
-                f"({counts[f'{prefix}_failed']:.0f}), {counts[f'{prefix}_inconclusive_holm']:.0f} are inconclusive "
-                f"({counts[f'{prefix}_inconclusive']:.0f}); {counts[f'{prefix}_not_counted']:.0f} judged rows not "
-                f"counted, {counts[f'{prefix}_not_run']:.0f} not run")
+        def n(key: str) -> str:
+            return f"{counts[f'{prefix}{key}']:.0f}"
 
+        fixed = counts[prefix] - counts[f"{prefix}_changed_rule"]
+        return (f"{n('_held_holm')} of {n('')} counted hold under the error control ({n('_held')} by their own "
+                f"rule), {n('_failed_holm')} fail ({n('_failed')}), {n('_inconclusive_holm')} are inconclusive "
+                f"({n('_inconclusive')}); of the counted, {fixed:.0f} rules were fixed before the data "
+                f"({n('_fixed_rule_held_holm')} hold) and {n('_changed_rule')} changed after them "
+                f"({n('_changed_rule_held_holm')} hold); {n('_not_counted')} judged rows not counted, {n('_not_run')} "
+                "not run")
+
+    kept_by = counts["claims_held_by"] + counts["ours_held_by"]
     return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not judged: {counts['exploratory']:.0f} "
-            f"exploratory (the data lack what the lemma needs) and {counts['described']:.0f} described. The error "
-            "control is Holm's procedure across every counted row (family-wise error rate report.family_alpha).")
+            f"exploratory (the data lack what the lemma needs), {counts['transient']:.0f} not tested (transient) and "
+            f"{counts['described']:.0f} described. The error "
+            "control is Holm's procedure across every counted row (family-wise error rate report.family_alpha; "
+            f"Benjamini-Yekutieli's false discovery rate would keep {kept_by:.0f} holding).")
 
 
 def interval_text(interval: Interval | None) -> str:
@@ -314,10 +335,11 @@ def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[st
     return lines
 
 
-PROTOCOL_NOTE = ("`matched lr` (the claims' protocol, as the paper ran them): every embedding arm at train.lr, "
-                 "trained to its validation optimum (early stopping within the epoch budget); `tuned lr`: each arm at "
-                 "its own learning rate, the best of its screen on the validation loss (the grid extended past an "
-                 "edge where the best sat on it), the same stopping rule; `equal steps`: every arm at its tuned rate "
+PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own rate, the best of its screen on "
+                 "the validation loss (the grid extended past an edge where the best sat on it), trained until its "
+                 "validation loss stopped improving (train.patience) within train.max_epochs; `matched lr`: every arm "
+                 "at train.lr within train.matched_max_epochs, the rebuttal's one rate for all and the budget it had "
+                 "here before (the frozen arms do not converge within it); `equal steps`: every arm at its tuned rate "
                  "after the same train.screen_epochs epochs; `theory protocol`, for the spread ratios: E frozen at E1 "
                  "with v at v0 and p from gradient flow in place of the trained one-step arm.")
 METHOD_NOTE = ("Each claim is measured on every seed it runs ({seeds} for the theory and the phase diagram, "
@@ -341,9 +363,9 @@ CALIBRATION_NOTE = ("Each family's statistic and verdict rule, run as the claims
                     "verdict, the same threshold), on known answers in each dataset's own regime (its data, d, eta0 "
                     "and flows; its token statistics and their noise), at every rung of a ladder of planted effects "
                     "fixed beforehand to bracket the threshold: the operating curve (figure below). Each rate is drawn "
-                    "until "
-                    "its 95 % Wilson interval is within calibration.precision (calibration.flow_precision where a "
-                    "replicate follows flows), or its cap. A family is calibrated on a dataset when its power at the "
+                    "until its 95 % Wilson interval is within calibration.precision (calibration.costly_precision "
+                    "where a replicate follows flows or passes over a text corpus), or its cap. A family is "
+                    "calibrated on a dataset when its power at the "
                     "paper's size (a reference effect where the paper gives none) is at least 0.8 and its false-"
                     "positive rate at the null at most 0.1; a row counts only where its family is calibrated on its "
                     "dataset.")
@@ -439,7 +461,7 @@ td.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}
 
 
 def _verdict_class(verdict: str) -> str:
-    if verdict.startswith("exploratory"):
+    if verdict.startswith(("exploratory", "not tested")):
         return "exploratory"
     return verdict if verdict in ("holds", "fails", "inconclusive") else "missing"
 
@@ -545,10 +567,10 @@ def blocks(sections: dict[str, list[Row]], found: list, calibration: Calibration
 def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
            figures: Iterable[tuple[str, Path]], out: Path, readings: str = "", calibration: Calibration = (),
            notes: Iterable[str] = (), sweep: list[list[str]] = (), header: FirstLines | None = None,
-           method: str = "") -> str:
+           method: str = "", extra: Iterable[Block] = ()) -> str:
     """The report in `markup`: "md" (figures linked relative to `out`, the report's folder) or "html" (one file,
     every figure embedded, readable offline), from the one template (document.jinja). header: its first lines
-    (toksel.report.header), method: how a claim is judged (method_note)."""
+    (toksel.report.header), method: how a claim is judged (method_note); extra: sections after the others."""
     import jinja2
 
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=False,
@@ -562,7 +584,8 @@ def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
     page = environment.get_template(TEMPLATE.name).render(
         html=markup == "html", title=title, style=STYLE, headline=headline(tally(sections)), method=method,
         header=header, run_table=header and Table(header.columns, header.datasets),
-        notes=[note for note in notes if note], blocks=blocks(sections, found, calibration, sweep, markup),
+        notes=[note for note in notes if note],
+        blocks=[*blocks(sections, found, calibration, sweep, markup), *extra],
         readings=readings, measures=Table(MEASURES_HEADER, measures_rows()), figures=shown)
     return page.rstrip("\n") + "\n"
 
@@ -579,6 +602,11 @@ def figures(config: Config) -> list[tuple[str, Path]]:
                                   ("E_s^T v and E_s^T p after gradient flow", "token_scores.png"))]
     wanted += [(f"{name}: full training, binned token scores (Figure 3), {seed}",
                 results_dir("train", name) / "trained" / seed / "token_scores.png") for name in config.train.datasets]
+    wanted += [(f"{name}: test accuracy against epochs, the untrained arm at the matched rate and at its own",
+                results_dir("report", "") / "training" / f"accuracy_epochs_{name}.png")
+               for name in config.train.datasets]
+    wanted += [(f"{name}: the spread ratio across protocols (ours)", results_dir("report", "") / "training"
+                / f"spread_sweep_{name}.png") for name in config.train.datasets]
     wanted += [("The rebuttal's tables against our runs", results_dir("ablation_report", "") / "rebuttal_tables.png")]
     wanted += [(f"{name}: test accuracy of trained and random frozen embeddings against d / V (ours)",
                 results_dir("d_sweep", name) / "accuracy.png") for name in config.d_sweep.datasets]

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from toksel.claims.catalogue import Assessment  # noqa: E402
 
 VERDICT_COLOURS = {"holds": "#1a9850", "fails": "#d73027", "inconclusive": "#fdae61", "exploratory": "#4575b4",
-                   "not computed": "#999999"}
+                   "transient": "#74add1", "not computed": "#999999"}
 # A control is coloured by whether it behaved: failing is what a near miss without the effect must do.
 CONTROL_COLOURS = {True: "#1a9850", False: "#d73027", None: "#999999"}
 CONTROL_LABELS = {True: "control: fails, as it must", False: "control: holds, it must fail",

@@ -161,6 +161,7 @@ def _left_out(judged: Sequence[Judged], not_counted: Sequence[Uncounted] = ()) -
     items = [item for _, item in judged]
     exploratory = sum(item.verdict == "exploratory" for item in items)
     described = sum(item.verdict == "described" for item in items)
+    transient = sum(item.verdict == "transient" for item in items)
     stages = sorted({item.claim.producer for item in items if item.measurement is None})
     parts = []
     if not_counted:
@@ -170,9 +171,10 @@ def _left_out(judged: Sequence[Judged], not_counted: Sequence[Uncounted] = ()) -
             reasons[key] = reasons.get(key, 0) + 1
         parts.append(f"{len(not_counted)} judged rows not counted (" + "; ".join(
             f"{count}: {reason}" for reason, count in reasons.items()) + ")")
-    if exploratory or described:
-        parts.append(f"{exploratory} exploratory (the data lack what the lemma needs) and {described} described: "
-                     "shown in the tables, not counted")
+    if exploratory or described or transient:
+        parts.append(f"{exploratory} exploratory (the data lack what the lemma needs), {transient} not tested "
+                     f"(transient: a flow whose statistic still moved) and {described} described: shown in the "
+                     "tables, not counted")
     if stages:
         parts.append(f"{sum(item.measurement is None for item in items)} not run yet (stages {', '.join(stages)})")
     return "; ".join(parts) + ("." if parts else "")

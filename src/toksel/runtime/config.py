@@ -136,6 +136,9 @@ class GradientFlowConfig:
     control_penalty: float = bounded(gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
                                                        "lambda/2 |p|^2 with lambda = control_penalty / horizon, "
                                                        "bounded at a level it reaches within the run")
+    method: str = bounded(choices=("explicit", "implicit", "implicit-krylov"),
+                          help="the integrator: error-controlled gradient steps, or the linearly implicit ROS2 "
+                               "(long steps where the flow is stiff: real data at long horizons)")
 
 
 EMBEDDINGS = ("trained", "untrained", "one_step")
@@ -166,7 +169,8 @@ class TrainConfig:
                                                "lowest validation loss goes on from there under the stopping rule")
     weight_decay: float = bounded(ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
     batch_size: int = bounded(ge=1, help="sequences per minibatch")
-    max_epochs: int = bounded(ge=1, help="at most this many epochs (the budget of every arm)")
+    max_epochs: int = bounded(ge=1, help="at most this many epochs (the budget of every fit but the matched ones)")
+    matched_max_epochs: int = bounded(ge=1, help="at most this many epochs for the matched-lr fits (every arm at lr)")
     patience: int = bounded(ge=1, help="early stopping: epochs without a lower validation loss")
     val_fraction: float = bounded(gt=0.0, le=0.5, help="share of the train split held out for validation")
     accelerator: str = bounded(choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
@@ -272,10 +276,15 @@ class ComputeConfig:
 class CalibrationConfig:
     seed: int = bounded(ge=0, help="seed of the known answers' draws (data, initialisations, noise)")
     precision: float = bounded(gt=0.0, le=0.5, help="the Wilson half-width each rate is drawn to where a "
-                                                       "replicate is cheap (the one step, planted statistics)")
-    flow_precision: float = bounded(gt=0.0, le=0.5, help="the same where a replicate follows flows")
+                                                       "replicate is cheap (planted statistics, small synthetic data)")
+    costly_precision: float = bounded(gt=0.0, le=0.5, help="the same where a replicate follows flows or passes "
+                                                              "over a text corpus")
     max_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate is cheap")
-    max_flow_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate follows flows")
+    max_costly_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate is costly")
+    flow_datasets: List[str] = field(  # noqa: UP006
+        default=MISSING, metadata={"help": "the synthetic datasets whose flows are calibrated (a replicate is "
+                                                "five flows at each rung: where each takes seconds, thousands do not "
+                                                "fit)"})
 
 
 @dataclass

@@ -57,6 +57,50 @@ def log_growth(times: np.ndarray, p_norm: np.ndarray) -> float:
     return late / average if average > 0 else float("nan")
 
 
+SETTLED_TOLERANCE = 0.1  # the two doublings' readings of log_growth agree within this (see `growth_settledness`)
+
+
+@dataclass(frozen=True)
+class GrowthSettledness:
+    """log_growth read over each of the last two doublings of the flow, on the same scale."""
+
+    last: float  # log_growth itself: the log-t slope of |p_t| over [T/2, T] over its average slope since t_0
+    previous: float  # the log-t slope over [T/4, T/2] over the same average
+    settled: bool  # |last - previous| <= the tolerance: the statistic has stopped moving
+
+    def metrics(self) -> dict[str, float]:
+        return {"log_growth_previous": self.previous, "log_growth_settled": float(self.settled)}
+
+
+def growth_settledness(times: np.ndarray, p_norm: np.ndarray, tolerance: float = SETTLED_TOLERANCE
+                       ) -> GrowthSettledness:
+    """Whether log_growth has settled by T: the log-t slope of |p_t| over the last doubling, [T/2, T], and over
+    the one before, [T/4, T/2], each over the average slope from t_0 (the flow started to move) to T, agree within
+    `tolerance`. A flow still in its transient (accelerating, or passing from one plateau to the next) is not
+    settled, and its log_growth says nothing about Lemma 4.2 either way ("not tested: transient").
+
+    Steady growth like log t reads the same on both doublings (about 1 each); a flow converging to a finite point
+    reads about 0 on both (like 1/t: the slope halves with each doubling, 2^-k of the average); a flow still
+    accelerating reads more on the last doubling than on the one before (|p_t| ~ t^a: 2^a times more). The
+    tolerance, 0.1, is fixed by the verdict it protects, not by the data: log_growth is judged against 1/2, half way
+    between the two readings 0 and 1, so a statistic that still moves by at most 0.1 per doubling is a fifth of
+    that margin from where it was a doubling earlier; it would take five more doublings of the same drift to carry
+    a clear reading across the threshold. Fewer than two doublings since t_0, or no average slope: not settled.
+    |p_t| that ends no higher than it began reads 0 on both (as log_growth does): settled, no growth."""
+    end, half = float(p_norm[-1]), float(p_norm[-1 - RECORDS_PER_DOUBLING])
+    quarter = float(p_norm[-1 - 2 * RECORDS_PER_DOUBLING])
+    change = end - float(p_norm[0])
+    if change <= 0:
+        return GrowthSettledness(0.0, 0.0, True)
+    recorded, norms = times[1:], p_norm[1:]
+    start = int(np.argmax(norms - p_norm[0] >= MOVED * change))
+    if recorded[start] > recorded[-1] / 4 or not end > float(norms[start]):
+        return GrowthSettledness(log_growth(times, p_norm), float("nan"), False)
+    average = (end - float(norms[start])) / math.log(recorded[-1] / recorded[start])
+    last, previous = (end - half) / math.log(2) / average, (half - quarter) / math.log(2) / average
+    return GrowthSettledness(last, previous, abs(last - previous) <= tolerance)
+
+
 @dataclass(frozen=True)
 class FlowAgreement:
     """The flow against the same run with every step halved, at the same flow times."""
@@ -175,6 +219,7 @@ class FlowSettings(Protocol):
     selection_tol: float  # s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol
     max_margin: bool  # solve the max-margin QP of Theorem 4.3
     control_penalty: float  # Lemma 4.2's control: the penalty lambda = control_penalty / horizon
+    method: str  # the integrator: explicit (gradient steps) or implicit (theory/stiff_flow.py)
 
 
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: TokenTable,
@@ -184,7 +229,8 @@ def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: Pa
     checks along the way (without `important_direction`, cos_max_margin_important is left null: a second QP
     that not every caller reads); the same run with its steps halved, and how far the two differ."""
     bags = FusedBags.from_split(train, tokens.num_classes)
-    trajectory = run_gradient_flow(E, p0, v, bags, settings.horizon, settings.tolerance, progress=progress)
+    trajectory = run_gradient_flow(E, p0, v, bags, settings.horizon, settings.tolerance, progress=progress,
+                                   method=settings.method)
     report = analyse_trajectory(trajectory, E, train, tokens.important, settings.selection_tol, settings.max_margin,
                                 important_direction)
     finer = halved(E, p0, v, bags, trajectory, settings.horizon)
@@ -192,6 +238,7 @@ def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: Pa
                                                           settings.selection_tol), tokens.important, train)
     check = agreement(trajectory, finer, float(report.history["selection_fraction"][-1]), finer_selection)
     metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens),
+               **growth_settledness(trajectory.times, trajectory.p_norm).metrics(),
                **check.metrics(settings.agreement), "steps": float(trajectory.steps),
                "rejected_steps": float(trajectory.rejected), "first_step_change": trajectory.first_step_change}
     return GradientFlowResult(trajectory, finer, report, metrics)
@@ -213,7 +260,8 @@ def control_metrics(E1: np.ndarray, E1_null: np.ndarray, p0: np.ndarray, v: np.n
     if bounded:
         bags = FusedBags.from_split(train, tokens.num_classes)
         penalty = settings.control_penalty / settings.horizon
-        flow = run_gradient_flow(E1, p0, v, bags, settings.horizon, settings.tolerance, penalty=penalty)
+        flow = run_gradient_flow(E1, p0, v, bags, settings.horizon, settings.tolerance, penalty=penalty,
+                                 method=settings.method)
         finer = halved(E1, p0, v, bags, flow, settings.horizon, penalty=penalty)
         controls |= {"control_log_growth": log_growth(flow.times, flow.p_norm),
                      "control_p_norm": float(flow.p_norm[-1]),

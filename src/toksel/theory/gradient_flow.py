@@ -7,10 +7,12 @@ successor's eta is then scaled by how much room the error left (the usual contro
 first-order pair). Where the loss is flat, as |p| grows, the steps grow with t: a flow time of 1e6 takes a few
 hundred steps where a fixed rate needs 1e4 or more. Where the problem is stiff (real data), the steps stay near
 the stability limit of plain gradient descent and the flow costs what plain descent at its best rate costs.
+There `method="implicit"` follows the same flow by the linearly implicit ROS2 method (theory/stiff_flow.py): its
+steps are bound by accuracy alone, each costing two evaluations and a few Hessian-vector products.
 
 The trajectory is recorded at fixed flow times, three per doubling of t up to the horizon (every step is cut
 to land on them), so that two runs are compared at the same times whatever their steps. `halved` replays a
-run with every step split in two: the check that the steps follow the flow.
+run with every step split in two, by the same method: the check that the steps follow the flow.
 
 Each step costs two products with E (a = E p, grad = E^T dL/da) and one fused pass over the corpus, all on
 numba's threads. Two classes: v is one output vector; K > 2: V holds one per class, as columns.
@@ -18,17 +20,24 @@ numba's threads. Two classes: v is one output vector; K > 2: V holds one per cla
 
 from __future__ import annotations
 
+import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from toksel.models.fused import FusedBags, loss_and_token_gradients
-from toksel.models.products import scores, transposed_product
+from toksel.models.fused import FusedBags
 from toksel.models.threads import pass_threads
 from toksel.runtime.errors import ToksError
+from toksel.theory.flow_field import FlowField
+from toksel.theory.stiff_flow import FrozenRosenbrockStep, RosenbrockStep
 
+# gradient steps with Heun's error estimate; ROS2 with a dense Gauss-Newton W kept over many steps, or with W the
+# Hessian at every step by conjugate gradients (theory/stiff_flow.py)
+METHODS = ("explicit", "implicit", "implicit-krylov")
 RECORDS_PER_DOUBLING = 3
 RECORDED_DOUBLINGS = 20  # the first record at horizon / 2^20 (about 1e-6 of it)
 MAX_STEPS = 200_000  # a flow that needs more is too stiff for its horizon: the stage says so
@@ -49,6 +58,11 @@ class Trajectory:
     step_sizes: np.ndarray  # every kept step's eta, in order: what `halved` replays
     rejected: int  # steps the controller refused and retried shorter
     first_step_change: float  # |p_1 - p_0| / |p_0|: a first step that throws p far from its start is too large
+    method: str = "explicit"  # the integrator (METHODS): `halved` replays the run with the same one
+    evaluations: int = 0  # evaluations of the loss and its gradient
+    products: int = 0  # Hessian-vector products (implicit-krylov: each about one evaluation's cost)
+    rebuilds: tuple[int, ...] = ()  # implicit: the kept steps at whose start its W was built (`halved` follows them)
+    tolerance: float | None = None  # the controller's tolerance (None: a replay, which has no controller)
 
     @property
     def p_norm(self) -> np.ndarray:
@@ -59,44 +73,81 @@ class Trajectory:
         return len(self.step_sizes)
 
 
-class FlowField:
-    """-grad (L + penalty/2 |p|^2) and the loss at p, for E frozen; counts its evaluations."""
+class Stepper(Protocol):
+    """One step of an integrator of the flow from p (gradient: grad L(p)) of length h: the new point, its loss and
+    gradient, the estimate of the step's local error, and |p_new - p|."""
 
-    def __init__(self, E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty: float) -> None:
-        self.E, self.values, self.bags, self.penalty = np.ascontiguousarray(E), E @ v, bags, penalty
+    field: FlowField
 
-    def __call__(self, p: np.ndarray) -> tuple[float, np.ndarray]:
-        loss, grad_scores, _ = loss_and_token_gradients(scores(self.E, p), self.values, self.bags, with_values=False)
-        if not np.isfinite(loss):
-            raise ToksError(f"gradient flow: the loss is {loss} at |p| = {np.linalg.norm(p):.3g}")
-        gradient = transposed_product(self.E, grad_scores)
-        if self.penalty:
-            gradient += self.penalty * p
-            loss += self.penalty / 2 * float(p @ p)
-        return loss, gradient
+    def __call__(self, p: np.ndarray, gradient: np.ndarray, h: float) -> tuple[np.ndarray, float, np.ndarray,
+                                                                                float, float]: ...
+
+
+class GradientStep:
+    """p <- p - h grad L(p); the local error estimated by the difference with the trapezoidal (Heun) step,
+    (h / 2) |grad L(p_new) - grad L(p)|."""
+
+    def __init__(self, field: FlowField) -> None:
+        self.field = field
+
+    def __call__(self, p: np.ndarray, gradient: np.ndarray, h: float) -> tuple[np.ndarray, float, np.ndarray,
+                                                                                float, float]:
+        candidate = p - h * gradient
+        loss, new_gradient = self.field(candidate)
+        error = h / 2 * float(np.linalg.norm(new_gradient - gradient))
+        return candidate, loss, new_gradient, error, h * float(np.linalg.norm(gradient))
+
+
+def _stepper(method: str, E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty: float,
+             rebuilds: tuple[int, ...] | None = None, tolerance: float | None = None) -> Stepper:
+    if method == "explicit":
+        return GradientStep(FlowField(E, v, bags, penalty))
+    if method == "implicit":
+        return FrozenRosenbrockStep(E, v, bags, penalty, schedule=rebuilds, tolerance=tolerance)
+    if method == "implicit-krylov":
+        return RosenbrockStep(E, v, bags, penalty)
+    raise ToksError(f"gradient flow: unknown method {method!r}: one of {', '.join(METHODS)}")
 
 
 def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, horizon: float,
-                      tolerance: float, penalty: float = 0.0, progress: bool = False) -> Trajectory:
+                      tolerance: float, penalty: float = 0.0, progress: bool = False,
+                      method: str = "explicit") -> Trajectory:
     """The flow from p0 up to flow time `horizon`, error-controlled steps (tolerance: the local error allowed per
-    step, relative to max(|p|, 1)); penalty: the flow of L + penalty/2 |p|^2, a loss with a finite minimiser."""
-    field = FlowField(E, v, bags, penalty)
-    with pass_threads(len(bags.tokens), E.size):
-        return _integrate(field, p0.astype(np.float64, copy=True), record_times(horizon), tolerance, progress)
+    step, relative to max(|p|, 1)); penalty: the flow of L + penalty/2 |p|^2, a loss with a finite minimiser.
+    method: "explicit", gradient steps (the default); "implicit", the linearly implicit ROS2 of
+    theory/stiff_flow.py, whose steps are not bound by the stability limit of gradient descent (stiff flows)."""
+    stepper = _stepper(method, E, v, bags, penalty)
+    with pass_threads(len(bags.tokens), E.size), _blas_threads(method):
+        run = _integrate(stepper, p0.astype(np.float64, copy=True), record_times(horizon), tolerance, progress)
+    return replace(_counted(run, method, stepper), tolerance=tolerance)
 
 
 def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: Trajectory, horizon: float,
            penalty: float = 0.0) -> Trajectory:
-    """`run` again with every one of its steps split into two of half the length: the same flow times, twice the
-    steps. Where the steps follow the flow, the two agree to the discretisation's error."""
-    field = FlowField(E, v, bags, penalty)
+    """`run` again with every one of its steps split into two of half the length, by the same method: the same
+    flow times, twice the steps. Where the steps follow the flow, the two agree to the discretisation's error."""
+    stepper = _stepper(run.method, E, v, bags, penalty, rebuilds=tuple(2 * step for step in run.rebuilds),
+                       tolerance=run.tolerance)
     halves = np.repeat(run.step_sizes / 2, 2)
-    with pass_threads(len(bags.tokens), E.size):
-        return _replay(field, p0.astype(np.float64, copy=True), record_times(horizon), halves)
+    with pass_threads(len(bags.tokens), E.size), _blas_threads(run.method):
+        replay = _replay(stepper, p0.astype(np.float64, copy=True), record_times(horizon), halves)
+    return _counted(replay, run.method, stepper)
 
 
-def _integrate(field: FlowField, p: np.ndarray, times: np.ndarray, tolerance: float, progress: bool) -> Trajectory:
-    loss, gradient = field(p)
+def _blas_threads(method: str) -> contextlib.AbstractContextManager:
+    """The implicit methods' dense algebra (d x d products, eigendecompositions) on one BLAS thread: BLAS's threads
+    spin between calls and slow the numba passes (and, where another process holds a core, themselves: an eigh of
+    2048 x 2048 took 28 s on two threads against 1.6 s on one); one thread also gives the same numbers everywhere."""
+    return contextlib.nullcontext() if method == "explicit" else threadpool_limits(limits=1)
+
+
+def _counted(run: Trajectory, method: str, stepper: Stepper) -> Trajectory:
+    return replace(run, method=method, evaluations=stepper.field.evaluations,
+                   products=getattr(stepper, "products", 0), rebuilds=tuple(getattr(stepper, "rebuilds", ())))
+
+
+def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: float, progress: bool) -> Trajectory:
+    loss, gradient = stepper.field(p)
     losses, snapshots, sizes, rejected = [loss], [p.copy()], [], 0
     start_norm = max(float(np.linalg.norm(p)), 1e-300)
     t, record, first_change = 0.0, 1, 0.0
@@ -108,16 +159,14 @@ def _integrate(field: FlowField, p: np.ndarray, times: np.ndarray, tolerance: fl
             snapshots += [p.copy()] * (len(times) - record)
             break
         step = min(eta, times[record] - t)
-        candidate = p - step * gradient
-        new_loss, new_gradient = field(candidate)
-        error = step / 2 * float(np.linalg.norm(new_gradient - gradient))
+        candidate, new_loss, new_gradient, error, moved = stepper(p, gradient, step)
         allowed = tolerance * max(1.0, float(np.linalg.norm(p)))
         growth = min(2.0, max(0.2, 0.9 * math.sqrt(allowed / max(error, 1e-300))))
-        if error > allowed:
+        if not error <= allowed:  # NaN too: a failed step is retried shorter
             eta, rejected = step * growth, rejected + 1
             continue
         if not sizes:
-            first_change = step * float(np.linalg.norm(gradient)) / start_norm
+            first_change = moved / start_norm
         p, loss, gradient, t = candidate, new_loss, new_gradient, t + step
         sizes.append(step)
         eta = max(eta, step) * growth  # a step cut to land on a record does not shrink the next one
@@ -134,14 +183,15 @@ def _integrate(field: FlowField, p: np.ndarray, times: np.ndarray, tolerance: fl
     return Trajectory(times, np.array(losses), np.stack(snapshots), np.array(sizes), rejected, first_change)
 
 
-def _replay(field: FlowField, p: np.ndarray, times: np.ndarray, sizes: np.ndarray) -> Trajectory:
-    loss, gradient = field(p)
+def _replay(stepper: Stepper, p: np.ndarray, times: np.ndarray, sizes: np.ndarray) -> Trajectory:
+    loss, gradient = stepper.field(p)
     losses, snapshots = [loss], [p.copy()]
-    first_change = float(sizes[0] * np.linalg.norm(gradient) / max(np.linalg.norm(p), 1e-300)) if len(sizes) else 0.0
+    first_change = 0.0
     t, record = 0.0, 1
-    for step in sizes:
-        p = p - step * gradient
-        loss, gradient = field(p)
+    for index, step in enumerate(sizes):
+        p, loss, gradient, _, moved = stepper(p, gradient, step)
+        if index == 0:
+            first_change = moved / max(float(np.linalg.norm(snapshots[0])), 1e-300)
         t += step
         while record < len(times) and t >= times[record] * (1 - 1e-9):
             losses.append(loss)

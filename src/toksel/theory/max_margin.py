@@ -36,15 +36,17 @@ class MaxMarginSolution:
 
 def constraint_pairs(selected: np.ndarray, split: PackedSplit) -> np.ndarray:
     """Unique (s, s') token pairs with s selected and s' not, in the same sequence. Shape (m, 2)."""
-    pairs = []
-    for start, stop in zip(split.bag_indptr[:-1], split.bag_indptr[1:], strict=True):
-        tokens, chosen = split.bag_tokens[start:stop], selected[start:stop]
-        winners, losers = tokens[chosen], tokens[~chosen]
-        if len(winners) and len(losers):
-            pairs.append(np.stack(np.meshgrid(winners, losers, indexing="ij"), axis=-1).reshape(-1, 2))
-    if not pairs:
+    rows, tokens = split.bag_rows, split.bag_tokens
+    winners, losers = np.flatnonzero(selected), np.flatnonzero(~selected)
+    # Each winning entry against every losing entry of its row (rows are sorted, so a row's losers are a run).
+    start = np.searchsorted(rows[losers], rows[winners], side="left")
+    counts = np.searchsorted(rows[losers], rows[winners], side="right") - start
+    if not counts.sum():
         return np.empty((0, 2), dtype=np.int64)
-    return np.unique(np.concatenate(pairs), axis=0)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    against = losers[np.repeat(start, counts) + offsets]
+    pairs = np.stack([tokens[np.repeat(winners, counts)], tokens[against]], axis=1).astype(np.int64)
+    return np.unique(pairs, axis=0)
 
 
 def least_distance(G: np.ndarray, h: np.ndarray) -> tuple[str, np.ndarray | None]:

@@ -17,7 +17,8 @@ split.
   score that follows the training statistic exactly correlates with them only that much (0.4 to 0.76 on our
   data); the corrected value is about 1 for such a score, about 0 for one that carries nothing of the labels.
 - Spread: the mean per-bin std, and the same over the std of all the scores, which does not move with the
-  scale of p and v.
+  scale of p and v. binned_curves can also bin the same tokens by the training split's statistic (binned_on),
+  for the scatter around what the model fit.
 """
 
 from __future__ import annotations
@@ -158,16 +159,32 @@ def value_axes(tokens: TokenTable, kept: np.ndarray, score_v: np.ndarray) -> lis
             for k in range(tokens.num_classes)]
 
 
+BINNED_ON = ("heldout", "train")  # which split's statistic the curves' bins are read on
+
+
 def binned_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
-                  among: np.ndarray | None = None) -> dict[str, BinnedCurve]:
-    """The binned curves over the held-out tokens: p along the posterior difference, v (each v_k) along its axis."""
+                  among: np.ndarray | None = None, binned_on: str = "heldout") -> dict[str, BinnedCurve]:
+    """The binned curves over the held-out tokens: p along the posterior difference, v (each v_k) along its axis.
+
+    binned_on="train": the same tokens, binned by the training split's statistic instead (the posterior difference;
+    K classes: each v_k by the class-k signed frequency alpha^(k), the table holding no training document
+    frequency). A model fits its training labels, so this scatter leaves out the held-out statistics' own noise:
+    it says how tightly the scores follow what the model saw, not whether that carries to new data."""
+    if binned_on not in BINNED_ON:
+        raise ValueError(f"binned_on must be one of {BINNED_ON}, not {binned_on!r}")
     kept = heldout_tokens(tokens, settings.min_count, among)
 
     def curve(along: np.ndarray, values: np.ndarray) -> BinnedCurve:
         return binned_curve(along, values, settings.bins, settings.binning, settings.min_bin_tokens)
 
-    curves = {"p": curve(tokens.column("heldout_posterior_difference")[kept], score_p[kept])}
-    return curves | {f"v{axis.suffix}": curve(axis.x, axis.scores) for axis in value_axes(tokens, kept, score_v)}
+    axes = value_axes(tokens, kept, score_v)
+    if binned_on == "heldout":
+        p_axis, v_axes = tokens.column("heldout_posterior_difference")[kept], [axis.x for axis in axes]
+    else:
+        p_axis = tokens.column("posterior_difference")[kept]
+        v_axes = [p_axis] if tokens.binary else [axis.alpha_train for axis in axes]
+    curves = {"p": curve(p_axis, score_p[kept])}
+    return curves | {f"v{axis.suffix}": curve(x, axis.scores) for axis, x in zip(axes, v_axes, strict=True)}
 
 
 def spreads(curves: dict[str, BinnedCurve]) -> dict[str, float]:

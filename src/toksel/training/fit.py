@@ -9,19 +9,30 @@ so early stopping and the best checkpoint agree everywhere. Every process goes t
 0 writes outputs and logs (training/protocol.py ends the workers after their last fit).
 
 A fit killed at any point and run again ends as the uninterrupted fit does, bit for bit: it goes on from its last
-checkpoint (weights, optimiser, loop and callback states), and the order of each epoch's batches is drawn from
-(seed, epoch) (training/data.py), not from a generator that a new process would start anew. A checkpoint is
-trusted by what it records (the fit's key and whether the fit had stopped), never by file times.
+checkpoint (last.ckpt, written after every epoch: weights, optimiser, loop and callback states), and the order of
+each epoch's batches is drawn from (seed, epoch) (training/data.py), not from a generator that a new process would
+start anew. A checkpoint is trusted by what it records (the fit's key and whether the fit had stopped), never by
+file times.
+
+Every fit records how it ended: the epochs it trained (stopped_epoch), the epoch of its lowest validation loss
+(best_epoch, the model it keeps and tests) and whether the epoch budget rather than early stopping ended it
+(budget_bound: the validation loss was still falling within the last `patience` epochs, so the fit had not
+converged). A fit may also be measured after every training epoch (`per_epoch`): the test split evaluated (for
+the curves against epochs only: early stopping and the kept model read the validation split alone) and the caller's
+measures of the model then. These records live in the checkpoints' callback states, so a resumed fit ends with
+the uninterrupted fit's.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -80,6 +91,11 @@ class StageLogger(Logger):
         self.run.log_metrics(metrics, step or 0)
 
 
+# (the model after a training epoch) -> the caller's measures of it, for the per-epoch log
+EpochMeasure = Callable[[ClassifierModule], dict[str, float]]
+EPOCH_PREFIX = "epoch_"  # the per-epoch log's curves in the run record: apart from Lightning's and the final values
+
+
 @dataclass(frozen=True)
 class FitResult:
     epochs: int  # epochs trained in all, resumed ones included
@@ -88,6 +104,20 @@ class FitResult:
     test: dict[str, float]  # test_loss, test_accuracy and the test attention metrics
     fitted: dict[str, float]  # best_train_loss, ..._accuracy, best_val_...: the best model on the whole splits
     norms: dict[str, float]  # norm_p, norm_v, mean_norm_E of the best model
+    best_epoch: int = 0  # 1-based epoch of the lowest validation loss: the model kept and tested
+    budget_bound: bool = False  # max_epochs ended the fit, not early stopping: the validation loss was still falling
+    history: tuple[dict[str, float], ...] = field(default=())  # with per_epoch: a row per epoch trained
+    measure_seconds: float = 0.0  # this process's share of `seconds` spent on the per-epoch measures
+
+    @property
+    def stopped_epoch(self) -> int:
+        """Epochs trained in all (1-based: the last epoch trained)."""
+        return self.epochs
+
+    def convergence(self) -> dict[str, float]:
+        """stopped_epoch, best_epoch and budget_bound (1.0 or 0.0) as metrics."""
+        return {"stopped_epoch": float(self.stopped_epoch), "best_epoch": float(self.best_epoch),
+                "budget_bound": float(self.budget_bound)}
 
 
 @dataclass(frozen=True)
@@ -162,13 +192,67 @@ class LogNorms(pl.Callback):
             module.log(name, value, on_epoch=True, sync_dist=False)
 
 
+class EpochLog(pl.Callback):
+    """After every training epoch (its validation done): the epoch of the lowest validation loss so far and, with
+    `measure`, a row of the per-epoch log: epoch, lr, train and validation loss and accuracy, the test split's, and
+    `measure`'s values. Its state goes into every checkpoint (it runs before the checkpoint callback, which
+    Lightning runs last), so a resumed fit keeps the rows and best epoch of the epochs it does not repeat."""
+
+    def __init__(self, measure: EpochMeasure | None = None) -> None:
+        self.measure = measure
+        self.best_epoch, self.best_loss = 0, math.inf
+        self.rows: list[dict[str, float]] = []
+        self.seconds = 0.0  # this process's time in the measures (telemetry: not kept in the checkpoint)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        metrics, epoch = trainer.callback_metrics, trainer.current_epoch + 1
+        val_loss = _number(metrics.get("val_loss"))
+        if val_loss < self.best_loss:  # strictly lower, as the checkpoint callback keeps its best
+            self.best_epoch, self.best_loss = epoch, val_loss
+        if self.measure is None or not trainer.is_global_zero:  # rank 0 alone writes the log
+            return
+        start = time.perf_counter()
+        row = {"epoch": float(epoch), "lr": float(module.lr), "train_loss": _number(metrics.get("train_loss_epoch")),
+               "val_loss": val_loss, "val_accuracy": _number(metrics.get("val_accuracy"))}
+        # The test split at this epoch, for the curves against epochs: nothing here chooses a model or a stop.
+        with torch.random.fork_rng(devices=[]), _evaluation_mode(module):  # a loader draws from the global RNG
+            tested = _full_pass(module, trainer.datamodule, "test")
+            row |= {"test_loss": tested["loss"], "test_accuracy": tested["accuracy"], **self.measure(module)}
+        self.rows.append(row)
+        self.seconds += time.perf_counter() - start
+
+    def state_dict(self) -> dict:
+        return {"best_epoch": self.best_epoch, "best_loss": self.best_loss, "rows": self.rows}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.best_epoch, self.best_loss = state_dict["best_epoch"], state_dict["best_loss"]
+        self.rows = list(state_dict["rows"])
+
+
+def _number(value: torch.Tensor | float | None) -> float:
+    """A logged metric as a float; NaN when it was not logged."""
+    return math.nan if value is None else float(value)
+
+
+@contextmanager
+def _evaluation_mode(module: pl.LightningModule) -> Iterator[None]:
+    """The module in eval mode for a pass between training steps, then back in the mode it was in."""
+    training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(training)
+
+
 def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
         fingerprint: str, run: RunRecord, seed: int, progress: bool,
-        callbacks: Sequence[pl.Callback] = ()) -> FitResult:
+        callbacks: Sequence[pl.Callback] = (), per_epoch: EpochMeasure | None = None) -> FitResult:
     """Train until early stopping (or max_epochs), then test the best checkpoint, whose weights `module` keeps.
 
     An interrupted fit with the same `fingerprint` (the caller's key of parameters and inputs) resumes from its
-    last checkpoint.
+    last checkpoint. `per_epoch`: measure the model after every training epoch (FitResult.history, and curves
+    epoch_<name> in `run` with the epoch as step); None: no per-epoch log (and no test pass per epoch).
     """
     start = time.perf_counter()
     keep_freed_memory()
@@ -179,14 +263,18 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     resume = resumable_checkpoint(checkpoints, fingerprint)
     # A fit that had stopped early trains no further: its budget ends where it stopped.
     max_epochs = resume.epoch if resume is not None and resume.stopped else settings.max_epochs
-    best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss", save_last=True)
+    best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss")
+    # last.ckpt after every epoch: save_last writes it only with a new best, so a fit would resume from its last
+    # improvement and a stop (never a new best) would go unrecorded. Without a monitor it saves each epoch, in place.
+    last = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="last", enable_version_counter=False)
+    stopping, log = EarlyStopping(monitor="val_loss", patience=settings.patience), EpochLog(per_epoch)
     trainer = pl.Trainer(
         max_epochs=max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
         logger=[StageLogger(run), *([live_logger(run)] if run.live else [])],
-        callbacks=[best, EarlyStopping(monitor="val_loss", patience=settings.patience), StopOnNonFiniteLoss(),
-                   LogNorms(), RecordFit(fingerprint), *callbacks],
+        callbacks=[best, last, stopping, StopOnNonFiniteLoss(), LogNorms(), RecordFit(fingerprint), log,
+                   *callbacks],
         enable_progress_bar=progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints / fingerprint,
     )
@@ -195,12 +283,33 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
     with warnings.catch_warnings():
         silence_known_warnings()
         trainer.fit(module, datamodule=data, ckpt_path=None if resume is None else resume.checkpoint)
-        tested = trainer.test(module, datamodule=data, ckpt_path="best", verbose=False)[0]
-    return FitResult(epochs=trainer.current_epoch, resumed_from_epoch=None if resume is None else resume.epoch,
+        # Read before the test, which restores the callbacks' states of the best checkpoint, an earlier epoch's.
+        epochs, best_epoch, history = trainer.current_epoch, log.best_epoch, tuple(log.rows)
+        bound = budget_bound(epochs, settings.max_epochs, stopping)
+        tested = trainer.test(module, datamodule=data, ckpt_path=best.best_model_path, verbose=False)[0]
+    _log_epochs(run, history)
+    return FitResult(epochs=epochs, resumed_from_epoch=None if resume is None else resume.epoch,
                      seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
                      norms=module.norms(),
                      fitted={f"best_{name}_{kind}": value for name in ("train", "val")
-                             for kind, value in _full_pass(module, data, name).items()})
+                             for kind, value in _full_pass(module, data, name).items()},
+                     best_epoch=best_epoch, budget_bound=bound, history=history, measure_seconds=log.seconds)
+
+
+def _log_epochs(run: RunRecord, rows: Sequence[dict[str, float]]) -> None:
+    """The per-epoch log as curves epoch_<name> against the epoch: every epoch's, those trained before a resume
+    too, so the run shows the whole fit (a prefix of their own: Lightning's val_loss runs against the step, and
+    the fit's final values are the best model's, not the last epoch's)."""
+    if rows:
+        names = [name for name in rows[0] if name != "epoch"]
+        run.log_history([int(row["epoch"]) for row in rows],
+                        {EPOCH_PREFIX + name: [row[name] for row in rows] for name in names})
+
+
+def budget_bound(epochs: int, max_epochs: int, stopping: EarlyStopping) -> bool:
+    """Whether the epoch budget ended the fit: it trained every epoch of max_epochs and early stopping never fired
+    (its public `stopped_epoch` stays 0 until it does; a resumed fit restores it from the checkpoint)."""
+    return epochs >= max_epochs and stopping.stopped_epoch == 0
 
 
 def _full_pass(module: ClassifierModule, data: PackedDataModule, name: str) -> dict[str, float]:

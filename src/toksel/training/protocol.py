@@ -5,21 +5,30 @@ arm, and each run's negative control.
   screen); when the rate with the lowest validation loss is the grid's smallest or largest, the grid is extended
   beyond it by its own spacing, up to `lr_extensions` times, so that the chosen rate lies inside the rates tried
   (`lr_at_edge` says when it still does not). The best rate is then trained from its start under the stopping
-  rule (early stopping on the validation loss, within the epoch budget): the kept model. The rate the matched-lr
-  protocol reads (train.lr) is trained the same way, when it is not the kept one. Its first epochs repeat the
-  screen's exactly (the same initialisation and batches); each fit keeps its own checkpoints, so a fit killed at
-  any point goes on from its own (training/fit.py). A single rate (the ablations) skips the screen. A rate at
-  which the loss stops being finite loses the screen (a warning, its run FAILED); when every rate does, the stage
-  stops. Every fit is an MLflow run nested under the stage's, tagged `lr` and `phase` (screen, kept, matched).
-- Control: the matched-lr protocol's rate (the claims' protocol: one rate for every arm, as the paper ran them)
-  on the same rows with the training labels shuffled, scored on the true test labels: a near miss, a model
-  trained as the claim's own is on labels that carry no signal (its curves are read against the true held-out
-  statistics). Each seed shuffles anew (the stages seed the shuffle with base.data_seed and the run's seed), so
-  the control's interval over the seeds holds the shuffle's chance too.
+  rule (early stopping on the validation loss, within the epoch budget max_epochs, which the kept fits should
+  not reach): the kept model, its best epoch on validation, which the claims read. The rate the matched-lr
+  protocol reads (train.lr) is trained the same way, when it is not the kept one, within its own budget
+  matched_max_epochs (the rebuttal's one rate for every arm, a reading shown beside the claims: at lr 1e-3 the
+  frozen arms do not converge within it). A full fit's first epochs repeat the screen's exactly (the
+  same initialisation and batches); each fit keeps its own checkpoints, so a fit killed at any point goes on from
+  its own (training/fit.py). A single rate (the ablations) skips the screen. A rate at which the loss stops being
+  finite loses the screen (a warning, its run FAILED); when every rate does, the stage stops. Every fit is an
+  MLflow run nested under the stage's, tagged `lr` and `phase` (screen, kept, matched).
+- Convergence: every fit's metrics say the epoch it stopped at, the epoch of its lowest validation loss and
+  whether the budget rather than early stopping ended it (stopped_epoch, best_epoch, budget_bound: a fit the
+  budget ended had not converged, its validation loss still falling). With `per_epoch` (the train stage), the
+  kept and matched fits also log every epoch (Trained.epoch_log): train, validation and test loss and accuracy and
+  the curves' spreads, binned on the held-out and on the training statistics. The test split there only draws
+  curves against epochs: the stop and the kept model read the validation split alone.
+- Control: the kept rate (the claims' own fit) on the same rows with the training labels shuffled, scored on the
+  true test labels: a near miss, a model trained as the claim's own is on labels that carry no signal (its
+  curves are read against the true held-out statistics). Each seed shuffles anew (the stages seed the shuffle
+  with base.data_seed and the run's seed), so the control's interval over the seeds holds the shuffle's chance too.
 
-A screen of a few epochs ranks the rates as the full fits would (on IMDB the frozen arms' best rate converges
-fastest, and the trained arm's best is at its best by the second epoch) at a third of the cost of training
-every rate to its stopping point.
+A screen of a few epochs ranks the rates mostly as the full fits would (on IMDB the frozen arms' best rate converges
+fastest, and the trained arm's best is at its best by the second epoch) at a third of the cost of training every
+rate to its stopping point; not always: on Yelp the trained arm's screen picks 0.01, where 1e-3 converges to a
+lower validation loss.
 """
 
 from __future__ import annotations
@@ -44,8 +53,8 @@ from toksel.runtime.distributed import WorkerFinished, is_worker
 from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import BinnedCurve, CurveSettings
 from toksel.training.classifier import ClassifierModule
-from toksel.training.fit import TrainingDiverged, fit
-from toksel.training.record import Metrics, summarise
+from toksel.training.fit import FitResult, TrainingDiverged, fit
+from toksel.training.record import Metrics, epoch_spreads, summarise
 
 # (learning rate, shuffled labels) -> the model to train and the data to train it on
 ModelFactory = Callable[[float, bool], ClassifierModule]
@@ -58,6 +67,7 @@ class Trained:
     metrics: Metrics  # its metrics, with `lr` and the control's as control_<name>
     curves: dict[str, BinnedCurve]
     trials: pd.DataFrame  # one row per rate: lr, its screen's metrics (screen_<name>), a full fit's metrics
+    epoch_log: pd.DataFrame  # with per_epoch: a row per epoch of the kept and matched fits (column `fit`); else empty
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,10 @@ class Fitted:
     module: ClassifierModule
     metrics: Metrics
     curves: dict[str, BinnedCurve]
+    history: tuple[dict[str, float], ...] = ()  # the per-epoch log, for the fits that keep one
+
+
+LOGGED_PHASES = ("kept", "matched")  # the fits a per-epoch log follows: not the screens or the control (they cost)
 
 
 def validation_loss(metrics: Metrics) -> float:
@@ -77,10 +91,10 @@ class Protocol:
 
     def __init__(self, model: ModelFactory, data: DataFactory, settings: TrainConfig, checkpoints: Path,
                  fingerprint: str, run: RunRecord, seed: int, progress: bool, tokens: TokenTable,
-                 curves: CurveSettings, among: np.ndarray | None) -> None:
+                 curves: CurveSettings, among: np.ndarray | None, per_epoch: bool = False) -> None:
         self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
         self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
-        self.tokens, self.curves, self.among = tokens, curves, among
+        self.tokens, self.curves, self.among, self.per_epoch = tokens, curves, among, per_epoch
 
     def fit(self, lr: float, phase: str, shuffled: bool = False, epochs: int | None = None) -> Fitted:
         """One fit at `lr` (within `epochs`, else the budget), logged as its own run; the module and metrics."""
@@ -90,19 +104,28 @@ class Protocol:
         # A folder per fit: a screen, a full fit at a rate, or the control.
         folder = self.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}-{phase}")
         ran_with = {"train.lr": lr, "train.max_epochs": settings.max_epochs, "labels": labels}
+        logged = self.per_epoch and phase in LOGGED_PHASES
         with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}, ran_with) as trial:
             module = self.model(lr, shuffled)
             result = fit(module, self.data(shuffled), settings, folder, self.fingerprint, trial, self.seed,
-                         self.progress)
+                         self.progress, per_epoch=epoch_spreads(self.tokens, self.curves, self.among) if logged
+                         else None)
             metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
-            trial.log_metrics({"seconds": result.seconds})
-        if is_worker():
-            return Fitted(module, metrics, curves)
-        resumed = "" if result.resumed_from_epoch is None else f", resumed from epoch {result.resumed_from_epoch}"
-        print(f"{trial.label}: {result.epochs} epochs{resumed}, validation loss {validation_loss(metrics):.4g}, test "
-              f"accuracy {result.test.get('test_accuracy', math.nan):.4f}, {result.seconds:.1f} s", flush=True)
-        return Fitted(module, metrics, curves)
+            trial.log_metrics({"seconds": result.seconds, "measure_seconds": result.measure_seconds})
+        if not is_worker():
+            print(f"{trial.label}: {_ending(result)}, validation loss {validation_loss(metrics):.4g}, test accuracy "
+                  f"{result.test.get('test_accuracy', math.nan):.4f}, {result.seconds:.1f} s"
+                  + (f" ({result.measure_seconds:.1f} s of per-epoch tests and spreads)" if logged else ""),
+                  flush=True)
+        return Fitted(module, metrics, curves, result.history)
+
+
+def _ending(result: FitResult) -> str:
+    """How a fit ended, in words: its epochs, where it was best, whether the budget stopped it, a resume."""
+    bound = ", the epoch budget ended it" if result.budget_bound else ""
+    resumed = "" if result.resumed_from_epoch is None else f", resumed from epoch {result.resumed_from_epoch}"
+    return f"{result.epochs} epochs (best {result.best_epoch}{bound}){resumed}"
 
 
 def _rounded(rate: float) -> float:
@@ -151,10 +174,12 @@ def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> t
 def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
                        checkpoints: Path, fingerprint: str, run: RunRecord, seed: int, progress: bool,
                        tokens: TokenTable, curves: CurveSettings, among: np.ndarray | None = None,
-                       matched: float | None = None, control: bool = True) -> Trained:
-    """Screen the rates, fit the best (and `matched`, the matched-lr protocol's rate) under the stopping rule,
-    then (with `control`) the control at the matched rate (the kept one without it)."""
-    protocol = Protocol(model, data, settings, checkpoints, fingerprint, run, seed, progress, tokens, curves, among)
+                       matched: float | None = None, control: bool = True, per_epoch: bool = False) -> Trained:
+    """Screen the rates, fit the best under the stopping rule (and `matched`, the matched-lr protocol's rate, within
+    matched_max_epochs), then (with `control`) the control at the kept rate; `per_epoch`: the kept and matched fits
+    log every epoch (Trained.epoch_log)."""
+    protocol = Protocol(model, data, settings, checkpoints, fingerprint, run, seed, progress, tokens, curves, among,
+                        per_epoch)
     if len(rates) > 1:
         kept_lr, rows, at_edge = screen(protocol, rates, settings.lr_extensions)
     else:
@@ -163,7 +188,7 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
     full = {kept_lr: kept}
     if matched is not None and matched != kept_lr:
         try:
-            full[matched] = protocol.fit(matched, "matched")
+            full[matched] = protocol.fit(matched, "matched", epochs=settings.matched_max_epochs)
         except TrainingDiverged as error:
             warnings.warn(f"the matched-lr protocol's rate {matched:g} diverged: {error}", stacklevel=2)
     for row in rows:
@@ -171,11 +196,24 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
             row |= full[row["lr"]].metrics
     controls = {}
     if control:
-        shuffled = protocol.fit(matched if matched in full else kept_lr, "control", shuffled=True)
+        shuffled = protocol.fit(kept_lr, "control", shuffled=True)  # the claims' own fit, on labels without signal
         controls = {CONTROL_PREFIX + name: value for name, value in shuffled.metrics.items()}
     if is_worker():  # a DDP worker has trained its share of every fit; rank 0 writes the outputs
         raise WorkerFinished
     shutil.rmtree(checkpoints, ignore_errors=True)  # finished: nothing left to resume
     screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows))}
     return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
-                   pd.DataFrame(rows))
+                   pd.DataFrame(rows), epoch_frame(kept, full.get(matched)))
+
+
+def epoch_frame(kept: Fitted, matched: Fitted | None) -> pd.DataFrame:
+    """The per-epoch logs of the kept fit and the matched-lr one, a column `fit` saying which: one frame for the
+    figure of accuracy against epochs at both rates. When train.lr is the kept rate, the one fit's rows appear under
+    both names, so that a reader finds each protocol's fit by its name. Empty without per-epoch logs."""
+    frames = [pd.DataFrame(list(fitted.history)).assign(fit=name) for name, fitted in (("kept", kept),
+              ("matched", matched)) if fitted is not None and fitted.history]
+    if not frames:
+        return pd.DataFrame()
+    log = pd.concat(frames, ignore_index=True)
+    log["epoch"] = log["epoch"].astype(int)
+    return log[["fit", *(column for column in log.columns if column != "fit")]]

@@ -1,5 +1,9 @@
 """What a training stage keeps of a fitted model: its metrics, the token curves against the held-out token
-statistics (bins.csv) and their figure. Shared by `train` and `ablation`.
+statistics (bins.csv) and their figure. Shared by `train`, `ablation` and `d_sweep`.
+
+Besides the token-curve metrics (theory/token_curves.py), every fit's metrics carry how it ended (stopped_epoch,
+best_epoch, budget_bound: training/fit.py) and the four spreads of its curves binned by the training split's
+statistics instead of the held-out ones (train_binned_bin_spread_v, ..._p, train_binned_bin_std_v, ..._p).
 """
 
 from __future__ import annotations
@@ -13,21 +17,53 @@ from toksel.data.token_table import TokenTable
 from toksel.report.plots import binned_scores_figure, save_figure
 from toksel.runtime.io import write_csv, write_json, write_npz
 from toksel.runtime.records import RunRecord
-from toksel.theory.token_curves import BinnedCurve, CurveSettings, heldout_tokens, token_curves, value_axes
+from toksel.theory.token_curves import (
+    BinnedCurve,
+    CurveSettings,
+    binned_curves,
+    heldout_tokens,
+    spreads,
+    token_curves,
+    value_axes,
+)
 from toksel.training.classifier import ClassifierModule
-from toksel.training.fit import FitResult
+from toksel.training.fit import EpochMeasure, FitResult
 
 Metrics = dict[str, float | None]
+TRAIN_BINNED = "train_binned_"  # the spreads of the curves binned by the training split's statistics
 
 
 def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, settings: CurveSettings,
               among: np.ndarray | None = None) -> tuple[Metrics, dict[str, BinnedCurve]]:
     """A fitted model's metrics -- the test metrics, loss and accuracy of the best model on the whole splits,
-    |p|, |v| and mean |E_s|, the token-curve metrics and epochs -- and its curves (the seconds it took are
-    telemetry: its run shows them)."""
+    |p|, |v| and mean |E_s|, the token-curve metrics, the training-binned spreads, epochs and how the fit ended
+    (stopped_epoch, best_epoch, budget_bound) -- and its curves (the seconds it took are telemetry: its run shows
+    them)."""
     score_p, score_v = module.token_scores()
     metrics, curves = token_curves(tokens, score_p, score_v, settings, among)
-    return {**result.test, **result.fitted, **result.norms, **metrics, "epochs": float(result.epochs)}, curves
+    return {**result.test, **result.fitted, **result.norms, **metrics,
+            **train_binned_spreads(tokens, score_p, score_v, settings, among),
+            "epochs": float(result.epochs), **result.convergence()}, curves
+
+
+def train_binned_spreads(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, settings: CurveSettings,
+                         among: np.ndarray | None = None) -> dict[str, float]:
+    """bin_spread_v, ..._p, bin_std_v, ..._p of the curves binned by the training split's statistic, prefixed
+    train_binned_: the same tokens as the held-out curves'."""
+    curves = binned_curves(tokens, score_p, score_v, settings, among, binned_on="train")
+    return {TRAIN_BINNED + name: value for name, value in spreads(curves).items()}
+
+
+def epoch_spreads(tokens: TokenTable, settings: CurveSettings, among: np.ndarray | None = None) -> EpochMeasure:
+    """The per-epoch log's measure of a model: its four spreads binned on the held-out statistics (the stage's
+    curves) and the four binned on the training split's."""
+
+    def measure(module: ClassifierModule) -> dict[str, float]:
+        score_p, score_v = module.token_scores()
+        heldout = spreads(binned_curves(tokens, score_p, score_v, settings, among))
+        return heldout | train_binned_spreads(tokens, score_p, score_v, settings, among)
+
+    return measure
 
 
 def record_fit(run: RunRecord, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
