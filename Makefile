@@ -37,7 +37,8 @@ quick: $(STAMP)
 experiments: $(STAMP)
 	$(BIN)/dvc exp show --only-changed --drop 'Created|results/|runs|data/' $(EXP_FLAGS)
 
-# The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline), which
+# The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline, tests of 30 s
+# or more: the UI in Chromium, the team server, a Dask cluster, two DDP processes, a kill mid-fit), which
 # `make test-slow` runs; CI runs both. Two workers, one test file each at a time, handed out in collection order
 # (the longest files first: tests/conftest.py) so that neither worker ends the run alone.
 # Chromium and PostgreSQL are installed when they can be (root or sudo); without them the report's render test
@@ -51,6 +52,8 @@ test: $(STAMP)
 	$(PYTEST) -m "not slow"
 
 test-slow: $(STAMP)
+	@$(MAKE) --no-print-directory chromium || echo "no Chromium: the UI's test will be skipped"
+	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
 	$(PYTEST) -m slow
 
 lint: $(STAMP)

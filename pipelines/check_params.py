@@ -20,8 +20,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from pipelines.sections import STAGE_SECTIONS
-from toksel.runtime.config import load_config
+from pipelines.sections import PER_DATASET_SECTIONS, STAGE_SECTIONS
+from toksel.runtime.config import dataset_configs, load_config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import file_digests, write_json, write_text
 
@@ -53,6 +53,10 @@ def write_settings(commands: dict[str, str]) -> int:
         if args not in configs:  # the stages of a dataset share theirs: loaded once (0.13 s each)
             configs[args] = load_config(list(args))
         settings = configs[args].sections(STAGE_SECTIONS[match[1]])
+        if match[1] in PER_DATASET_SECTIONS:
+            own = dataset_configs(configs[args].datasets, args)
+            settings["datasets"] = {name: config.sections(PER_DATASET_SECTIONS[match[1]])
+                                    for name, config in own.items()}
         files = configs[args].data.files
         if match[1] == "prepare" and files:  # prepare reads a file dataset's files; later stages follow its outputs
             settings["data_files"] = file_digests(files)

@@ -20,8 +20,13 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "phase": ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon", "phase.tolerance",
               "evaluate.min_selection_fraction"),
     "phase_diagram": ("base.seeds", "phase", "evaluate"),
-    "calibrate": ("base.seeds", "data", "model", "one_step", "train", "gradient_flow", "calibration", "report",
-                  "evaluate", "ablation", "datasets"),
+    "calibrate": ("base.seeds", "train", "calibration", "report", "evaluate", "ablation"),
     "report": ("profile", "base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase",
-               "d_sweep", "sequence"),
+               "d_sweep", "sequence.scale", "sequence.cpu", "sequence.paper"),
+}
+
+# What a stage that runs on every dataset reads of each dataset's own regime, resolved as that dataset's stages
+# read it (its entry's overrides applied): a shared value that every dataset's entry overrides reruns nothing.
+PER_DATASET_SECTIONS: dict[str, tuple[str, ...]] = {
+    "calibrate": ("data", "model", "one_step", "gradient_flow"),
 }

@@ -24,7 +24,7 @@ os.environ["TOKSEL_PROGRESS"] = "0"
 
 
 # The files that take longest, apart from the slow ones (`make test-slow`): handed out first.
-LONG_FILES = ("test_faults.py", "test_text_data.py", "test_ui.py", "test_models_kept.py")
+LONG_FILES = ("test_faults.py", "test_text_data.py", "test_training.py", "test_models_kept.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -19,6 +19,7 @@ def _metrics(project) -> dict[str, float | None]:
     return json.loads((seed_folder(project, "train", "synthetic/trained") / "metrics.json").read_text())
 
 
+@pytest.mark.slow  # 30 to 80 s: `make test-slow`
 def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     assert train.main(SETTINGS) == 0
     single = _metrics(prepared)

@@ -59,6 +59,7 @@ def _same(first: dict, second: dict) -> bool:
         for a, b in ((first[key], second[key]) for key in first))
 
 
+@pytest.mark.slow  # 30 to 80 s: `make test-slow`
 def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prepared, monkeypatch):
     """The phase grid's cells (threads here), the calibration's replicates and the seeds of two seeded stages
     (processes here), embedded and then on a real Dask cluster on loopback, two worker processes with one thread

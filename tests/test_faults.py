@@ -140,6 +140,7 @@ SCREENED = [*TINY, *TINY_TRAIN, "train.max_epochs=30", "train.patience=30", "tra
             "train.lr_extensions=0", "train.screen_epochs=1"]  # a screen of two rates, then the kept fit
 
 
+@pytest.mark.slow  # 30 to 80 s: `make test-slow`
 def test_a_training_stopped_during_its_kept_fit_reruns_to_the_uninterrupted_metrics(prepared):
     assert run_stage_process("train", SCREENED, prepared).returncode == 0
     output = seed_folder(prepared, "train", "synthetic/trained") / "metrics.json"

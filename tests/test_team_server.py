@@ -138,6 +138,7 @@ def _exports(folder: Path, capsys: pytest.CaptureFixture) -> dict[str, str]:
     return dict(line.removeprefix("export ").split("=", 1) for line in lines)
 
 
+@pytest.mark.slow  # 30 to 80 s: `make test-slow`
 def test_pipeline_logs_to_the_team_server_on_postgres_with_a_login_and_both_stop_by_pid(
         postgres_installed: None, project: Path, team_folder: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture) -> None:

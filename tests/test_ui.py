@@ -14,6 +14,7 @@ from toksel.report.render_check import BROWSERS
 pytestmark = pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS), reason="no Chromium")
 
 
+@pytest.mark.slow  # 30 to 80 s: `make test-slow`
 def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(prepared, monkeypatch, tmp_path):
     assert gradient_flow.main(TINY) == 0
     published_runs(prepared)  # a pipeline run, its stages' runs, the flow's per-step curves

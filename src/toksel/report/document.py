@@ -177,10 +177,14 @@ def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
         counts[f"{prefix}_not_counted"] = float(len(judged))
         counts[f"{prefix}_not_run"] = float(sum(row.assessment.measurement is None for row in mine))
     items = [row.assessment for row in every]
-    controlled = [row.assessment for row in every if row.counting is not None and row.counting.counted]
+    # The controls of every judged row (a row counts only where its control behaved, so these include the rows
+    # that a control kept out of the count).
+    controlled = [item for item in items
+                  if item.judged and item.control_interval is not None and item.control_interval.n > 0]
     return counts | {"exploratory": float(sum(item.verdict == "exploratory" for item in items)),
                      "transient": float(sum(item.verdict == "transient" for item in items)),
                      "described": float(sum(item.verdict == "described" for item in items)),
+                     "controls": float(len(controlled)),
                      "controls_behaved": float(sum(item.control_behaved is True for item in controlled))}
 
 

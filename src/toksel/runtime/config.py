@@ -361,10 +361,14 @@ class Config:
             section, _, key = name.partition(".")
             value = getattr(self, section)
             if key:
-                tree.setdefault(section, {})[key] = getattr(value, key)
+                tree.setdefault(section, {})[key] = _plain(getattr(value, key))
             else:
-                tree[section] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+                tree[section] = _plain(value)
         return tree
+
+
+def _plain(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def _check_ranges(node: Any, prefix: str) -> None:
