@@ -78,8 +78,9 @@ def rate_at(curve: Sequence[dict[str, Any]], effect: float | None) -> dict[str, 
 
 def power_crossing(curve: Sequence[dict[str, Any]], level: float = POWER) -> dict[str, float | None]:
     """The smallest effect at which the holding rate reaches `level`, along the ladder in increasing effect:
-    linearly interpolated between the points on either side (None if it never does), with the bracket from the
-    first point whose Wilson interval reaches up to the level to the first whose interval lies wholly above it."""
+    linearly interpolated between the points on either side (None if it never does), with its bracket: from the
+    last point whose Wilson interval lies wholly below the level (None if none does) to the first whose interval lies
+    wholly above it (None if none does)."""
     points = sorted(curve, key=lambda point: point["effect"])
     crossing = None
     for before, after in zip([None, *points], points, strict=False):
@@ -90,8 +91,9 @@ def power_crossing(curve: Sequence[dict[str, Any]], level: float = POWER) -> dic
                 share = (level - before["rate"]) / (after["rate"] - before["rate"])
                 crossing = before["effect"] + share * (after["effect"] - before["effect"])
             break
-    low = next((point["effect"] for point in points if point["high"] >= level), None)
-    high = next((point["effect"] for point in points if point["low"] >= level), None)
+    above = next((index for index, point in enumerate(points) if point["low"] >= level), len(points))
+    high = points[above]["effect"] if above < len(points) else None
+    low = next((point["effect"] for point in reversed(points[:above]) if point["high"] < level), None)
     return {"effect": crossing, "low": low, "high": high}
 
 

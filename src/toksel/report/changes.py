@@ -76,11 +76,12 @@ class RuleHistory:
         return self.status == CHANGED_TEXT
 
     def text(self) -> str:
-        """The row's cell: the status, each change with its commit and why, and the old verdict."""
+        """The row's cell: the status, each change with its commit (why: the report's ledger section, one row per
+        change), and the old verdict."""
         if not self.changed:
             return self.status
         parts = [f"{record['component']} {shown(record['previous'])} -> {shown(record['value'])} "
-                 f"({record['set_in']}: {record['subject']})" for record in self.changes]
+                 f"({record['set_in']})" for record in self.changes]
         return (f"{CHANGED_TEXT}: " + "; ".join(parts) + f". Under the rule before: {self.old_verdict}"
                 + (f" ({self.note})" if self.note else ""))
 

@@ -51,8 +51,9 @@ def reason_not_counted(item: Assessment, dataset: str, calibration: Sequence[Map
     if not found["calibrated"]:
         return f"its rule ({item.claim.family}) is uncalibrated on {dataset}: {found['reason']}"
     if item.measurement.bound_fits:
-        return (f"it rests on {item.measurement.bound_fits} fits the epoch budget stopped before their validation "
-                "loss stopped improving")
+        bound = item.measurement.bound_fits
+        return (f"it rests on {bound} {'fit' if bound == 1 else 'fits'} the epoch budget stopped before "
+                f"{'its' if bound == 1 else 'their'} validation loss stopped improving")
     if item.control_behaved is not True:
         return f"its control is {item.control_verdict}: the check does not tell the effect from a near miss"
     if item.p is None:
