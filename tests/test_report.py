@@ -160,6 +160,8 @@ def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(r
     phase_rows = text.split("## Beyond the paper")[1].split("## How each verdict rule")[0]
     assert "not run (" not in phase_rows and "slope " in phase_rows
     assert (reported / "results" / "report" / "verdicts.png").stat().st_size > 10_000
+    # The stage's own figure, written in the same run (its file in place only at the stage's end), is shown.
+    assert "results/report/verdicts.png)" in text
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):  # the Markdown's figures resolve from its folder
         assert (reported / "results" / "report" / link).resolve().is_file(), link
 

@@ -39,7 +39,7 @@ from toksel.report.changes import RuleHistory, history
 from toksel.report.counting import Counting, count
 from toksel.report.markdown import number, table
 from toksel.runtime.config import Config, load_config
-from toksel.runtime.io import read_json, write_json, write_text
+from toksel.runtime.io import pending, read_json, require_output, write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
 
@@ -583,7 +583,7 @@ def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
         "html_table": lambda content: html_table(content.header, content.rows, content.kinds, content.raw),
         "markdown_table": lambda content: "\n".join(table(content.header, content.rows))}
     shown = [Shown(caption, _relative(path, out) if markup == "md" else
-                   "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii"))
+                   "data:image/png;base64," + base64.b64encode(_as_written(path).read_bytes()).decode("ascii"))
              for caption, path in figures]
     page = environment.get_template(TEMPLATE.name).render(
         html=markup == "html", title=title, style=STYLE, headline=headline(tally(sections)), method=method,
@@ -592,6 +592,12 @@ def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
         blocks=[*blocks(sections, found, calibration, sweep, markup), *extra],
         readings=readings, measures=Table(MEASURES_HEADER, measures_rows()), figures=shown)
     return page.rstrip("\n") + "\n"
+
+
+def _as_written(path: Path) -> Path:
+    """The report's own figures (the forest plot, the training figures) wait, written, for the stage's end: their
+    files as this stage wrote them."""
+    return require_output(path, "report") if pending(path) else path
 
 
 def figures(config: Config) -> list[tuple[str, Path]]:
@@ -617,7 +623,7 @@ def figures(config: Config) -> list[tuple[str, Path]]:
     wanted += [(caption, results_dir("phase_diagram", "") / file) for caption, file in (
         ("Phase diagram: selection", "selection.png"), ("Phase diagram: max-margin direction", "cos_max_margin.png"),
         ("The one-step error against d", "one_step_error.png"))]
-    return [(caption, path) for caption, path in wanted if path.exists()]
+    return [(caption, path) for caption, path in wanted if _as_written(path).exists()]
 
 
 def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
