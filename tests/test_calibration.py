@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import ROOT, TINY, throwaway_project
 from toksel.calibration.curves import TokenPopulation
-from toksel.calibration.families import BY_NAME, PlantedAnswers, row, step_answers
+from toksel.calibration.families import BY_NAME, PlantedAnswers, crossing_along, row, step_answers
 from toksel.calibration.operating import Precision, half_width, loop, operating_curve, power_crossing
 from toksel.calibration.theory import StepRegime, one_step_statistics
 from toksel.claims.catalogue import BY_ID, assess, measure
@@ -93,6 +93,11 @@ def test_each_rate_is_drawn_until_its_interval_is_as_narrow_as_asked(config):
                            {"effect": 1.0, "rate": 0.6, "low": 0.5, "high": 0.7},
                            {"effect": 2.0, "rate": 1.0, "low": 0.93, "high": 1.0}]) == {
         "effect": pytest.approx(1.5), "low": 1.0, "high": 2.0}  # wholly below the level at 1, wholly above at 2
+    # A penalty ladder runs down (a smaller penalty, a larger effect): the same curve on its scale, read low to high.
+    penalties = [{"effect": 0.25, "rate": 0.0, "low": 0, "high": 0.05},
+                 {"effect": 0.03, "rate": 0.6, "low": 0.5, "high": 0.7},
+                 {"effect": 0.0, "rate": 1.0, "low": 0.93, "high": 1.0}]
+    assert crossing_along((0.25, 0.03, 0.0), penalties) == {"effect": pytest.approx(0.015), "low": 0.0, "high": 0.03}
 
 
 def test_a_family_row_reads_its_power_at_the_papers_size_and_its_false_positives_at_the_null(config):

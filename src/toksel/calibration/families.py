@@ -229,6 +229,16 @@ class PlantedAnswers:
             family.statistic] for seed in range(self.seeds)])
 
 
+def crossing_along(ladder: Sequence[float], curve: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """power_crossing along a ladder whose effect grows as it runs up or, like a penalty, as it runs down: on a
+    ladder that runs down, the crossing on its own scale with its bracket read low to high."""
+    if tuple(ladder) == tuple(sorted(ladder)):
+        return power_crossing(curve)
+    negated = power_crossing([point | {"effect": -point["effect"]} for point in curve])
+    back = {key: None if value is None else -value for key, value in negated.items()}
+    return {"effect": back["effect"], "low": back["high"], "high": back["low"]}
+
+
 def row(family: Family, where: str, draw: DrawMany | None, config: Config, reason: str = "",
         costly: bool = False) -> dict[str, Any]:
     """A family's row of the calibration table on one dataset: its operating curve, the power at its reference
@@ -242,10 +252,7 @@ def row(family: Family, where: str, draw: DrawMany | None, config: Config, reaso
     wanted = precision(config, costly or family.flows)
     curve = operating_curve(claim, config, family.ladder, draw, wanted)
     power, null = rate_at(curve, family.reference), rate_at(curve, family.null)
-    crossing = power_crossing(curve) if family.ladder == tuple(sorted(family.ladder)) else power_crossing(
-        [point | {"effect": -point["effect"]} for point in curve])
-    if family.ladder != tuple(sorted(family.ladder)):  # a ladder that runs down: the crossing on its own scale
-        crossing = {key: None if value is None else -value for key, value in crossing.items()}
+    crossing = crossing_along(family.ladder, curve)
     calibrated = power["rate"] >= POWER and null["rate"] <= MAX_FALSE_POSITIVES
     why = [text for text, bad in ((f"power {power['rate']:.2f} < {POWER} at "
                                    f"{'the paper' if family.paper else 'the reference'}'s {family.reference:g}",
