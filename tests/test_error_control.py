@@ -111,3 +111,19 @@ def test_a_description_or_an_exploratory_row_is_not_counted(config):
     missing = dataclasses.replace(item, measurement=None)
     assert reason_not_counted(missing, "yelp", []) == "not run"
     assert Measurement.from_record(item.measurement.as_record()) == item.measurement
+
+
+def test_a_flow_is_transient_only_on_the_seeds_it_ran_and_still_moved(config):
+    """A flow on real data runs fewer seeds than the theory: a seed without its run is neither settled nor moving."""
+    claim = BY_ID["lemma42_growth"]
+
+    def flows(*settled: int | None) -> dict:
+        return {seed: {} if flag is None else {"flow": {"log_growth": 1.0 + 0.01 * seed, "log_growth_settled": flag,
+                                                        "control_log_growth": 0.05 + 0.01 * seed}}
+                for seed, flag in enumerate(settled)}
+
+    settled = measure(claim, "synthetic", flows(1, 1, 1, None, None))
+    assert settled.settled == [True, True, True, None, None]
+    assert assess(claim, settled, config).verdict != "transient"
+    moving = measure(claim, "synthetic", flows(1, 0, 1, None, None))
+    assert assess(claim, moving, config).verdict == "transient"

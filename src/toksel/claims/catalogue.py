@@ -324,7 +324,7 @@ class Measurement:
     protocol: str = ""  # "": the claim's own protocol; else the variant it was measured under (sensitivity)
     regime: dict[str, Any] | None = None  # the dataset's Regime, where the claim's lemma asks something of it
     budget_bound: list[int] | None = None  # per seed: how many of the fits it reads the epoch budget stopped
-    settled: list[bool] | None = None  # per seed: whether its statistic had stopped moving (Claim.settled)
+    settled: list[bool | None] | None = None  # per seed: whether its statistic had stopped moving (Claim.settled)
 
     @property
     def bound_fits(self) -> int:
@@ -356,8 +356,9 @@ def measure(claim: Claim, data: str, runs_by_seed: Mapping[int, Mapping[str, Map
         runs = with_next(seed)
         return sum(runs.get(name, {}).get("budget_bound") == 1 for name in claim.statistic.runs)
 
-    def settled(seed: int) -> bool:
-        return runs_by_seed[seed].get(claim.statistic.runs[0], {}).get(claim.settled) == 1
+    def settled(seed: int) -> bool | None:  # None: no run on this seed (a flow on real data runs fewer seeds)
+        found = runs_by_seed[seed].get(claim.statistic.runs[0], {}).get(claim.settled)
+        return None if found is None else found == 1
 
     return Measurement(claim.id, data, seeds, [claim.value(with_next(seed)) for seed in seeds],
                        [claim.control_value(with_next(seed)) for seed in seeds], detail, protocol=protocol,
@@ -485,7 +486,7 @@ def assess(claim: Claim, measurement: Measurement | None, config: Any) -> Assess
 
     unmet = tuple(Regime(**measurement.regime).unmet(claim.requires)) if measurement.regime else ()
     judged = verdict(ours, measurement.values, measurement.bounds)
-    moving = measurement.settled is not None and not all(measurement.settled)
+    moving = measurement.settled is not None and False in measurement.settled
     shown = "exploratory" if unmet else "transient" if moving else judged
     return Assessment(claim, measurement, threshold, ours, shown, control,
                       verdict(control, measurement.control, measurement.control_bounds), unmet, judged,

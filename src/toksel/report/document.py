@@ -96,9 +96,9 @@ class Row:
         if item.verdict == "exploratory":
             return f"exploratory ({'; '.join(item.unmet)}; the rule alone would say {item.judged_verdict})"
         if item.verdict == "transient":
-            moving = sum(not settled for settled in item.measurement.settled)
+            flows = [settled for settled in item.measurement.settled if settled is not None]
             return (f"not tested: transient (its statistic still moves over the last two doublings of the flow on "
-                    f"{moving} of {len(item.measurement.settled)} seeds; the rule alone would say "
+                    f"{flows.count(False)} of {len(flows)} seeds; the rule alone would say "
                     f"{item.judged_verdict}{inferred})")
         return item.verdict + (f" ({inferred[2:]})" if inferred else "")
 
