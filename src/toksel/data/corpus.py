@@ -60,16 +60,17 @@ class PackedSplit:
             raise ToksError("a split is empty or holds an empty sequence: check the data source")
         seq_indptr = np.concatenate([[0], np.cumsum(lengths)])
         seq_tokens = np.concatenate(sequences).astype(np.int64)
-        bag_tokens, bag_counts, bag_lengths = [], [], []
-        for s in sequences:
-            tokens, counts = np.unique(s, return_counts=True)
-            bag_tokens.append(tokens)
-            bag_counts.append(counts)
-            bag_lengths.append(len(tokens))
+        # Each sequence's bag, its distinct tokens in order with their counts, for all sequences at once: the
+        # positions sorted by (sequence, token), a bag entry where either changes.
+        sequence_of = np.repeat(np.arange(len(sequences)), lengths)
+        order = np.lexsort((seq_tokens, sequence_of))
+        tokens, owners = seq_tokens[order], sequence_of[order]
+        starts = np.flatnonzero(np.concatenate([[True], (tokens[1:] != tokens[:-1]) | (owners[1:] != owners[:-1])]))
+        bag_lengths = np.bincount(owners[starts], minlength=len(sequences))
         return cls(
             bag_indptr=np.concatenate([[0], np.cumsum(bag_lengths)]).astype(np.int64),
-            bag_tokens=np.concatenate(bag_tokens).astype(np.int64),
-            bag_counts=np.concatenate(bag_counts).astype(np.int64),
+            bag_tokens=tokens[starts],
+            bag_counts=np.diff(np.append(starts, len(tokens))).astype(np.int64),
             seq_indptr=seq_indptr.astype(np.int64),
             seq_tokens=seq_tokens,
             labels=np.asarray(labels, dtype=np.int64),

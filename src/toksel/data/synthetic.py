@@ -59,7 +59,8 @@ def generate_assumption1(vocab: SyntheticVocabulary, n: int, seq_len: int, rng: 
         for label, relevant_set in ((1, vocab.positive), (0, vocab.negative)):
             others = rng.permutation(irrelevant)
             position = rng.integers(seq_len)
-            sequences.append(np.insert(others, position, rng.choice(relevant_set)))
+            relevant = rng.choice(relevant_set)
+            sequences.append(np.concatenate([others[:position], [relevant], others[position:]]))
             labels.append(label)
     order = rng.permutation(len(labels))
     return PackedSplit.from_sequences([sequences[i] for i in order], np.array(labels)[order], vocab.size)

@@ -9,6 +9,7 @@ and the held-out alpha_s. The class count is declared next to the table (tokens.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,19 @@ class TokenTable:
     def __len__(self) -> int:
         return len(self.frame)
 
+    @functools.cached_property
+    def _read(self) -> dict[str, np.ndarray]:
+        """Columns already read out of the frame: the calibration asks a table for the same few thousands of
+        times, and pandas' lookup costs more than the statistic."""
+        return {}
+
     def column(self, name: str) -> np.ndarray:
-        return self.frame[name].to_numpy()
+        """The column as a read-only array (shared by every caller)."""
+        if name not in self._read:
+            values = self.frame[name].to_numpy()
+            values.flags.writeable = False
+            self._read[name] = values
+        return self._read[name]
 
     @property
     def words(self) -> list[str]:
@@ -65,7 +77,7 @@ class TokenTable:
 
     def per_class(self, name: str) -> np.ndarray:
         """(K, |S|): the columns `<name>_class_k`, e.g. count, alpha, heldout_alpha, heldout_presence."""
-        return self.frame[class_columns(name, self.num_classes)].to_numpy().T
+        return np.stack([self.column(column) for column in class_columns(name, self.num_classes)])
 
     def importance(self) -> np.ndarray:
         """|alpha_s| for two classes, max_k |alpha_s^(k)| for more; NaN for tokens without statistics."""
