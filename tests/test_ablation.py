@@ -56,17 +56,21 @@ def test_the_ablation_stage_trains_a_two_layer_model_with_w_kq_and_records_it(pr
     assert metrics["best_train_loss"] < 0.5 * np.log(2) and metrics["test_accuracy"] > 0.7
     assert metrics["d"] == 32 and metrics["train_rows"] == 72 and 0 <= metrics["padding_fraction"] < 0.05
     assert metrics["lr"] == 0.02 and metrics["control_test_accuracy"] < metrics["test_accuracy"]
-    # How each fit ended: the 4-epoch budget (patience 4) can only end these ones.
-    for prefix in ("", "control_"):
+    # How each fit ended: the 4-epoch budget (patience 4) can only end these ones; the epoch kept is the one whose
+    # validation loss its run's curve shows lowest (here the third for the fit, the first for its control).
+    every = published_runs(project, "tags.stage = 'ablation'")
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    for prefix, labels in (("", "true"), ("control_", "shuffled")):
         assert metrics[f"{prefix}stopped_epoch"] == 4 and metrics[f"{prefix}budget_bound"] == 1.0
-        assert 1 <= metrics[f"{prefix}best_epoch"] <= 4
+        fit = next(run for run in every if run.data.tags.get("labels") == labels)
+        curve = sorted(client.get_metric_history(fit.info.run_id, "val_loss"), key=lambda point: point.step)
+        assert len(curve) == 4  # Lightning's, one point an epoch
+        assert metrics[f"{prefix}best_epoch"] == 1 + int(np.argmin([point.value for point in curve]))
     assert not (out / "epochs.csv").exists()  # the per-epoch log is the train stage's
     bins = pd.read_csv(out / "bins.csv")
     assert {"centre_p", "mean_p", "std_p", "centre_v", "mean_v"} <= set(bins.columns)
     assert (out / "token_scores.png").stat().st_size > 10_000
     assert not (project / "checkpoints" / "ablation" / "synthetic" / "two_layer_kq" / "seed0").exists()
-    every = published_runs(project, "tags.stage = 'ablation'")
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = [run for run in every if "toksel.trial" not in run.data.tags]
     assert len(runs) == 1 and runs[0].data.tags["variant"] == "two_layer_kq" and runs[0].data.tags["seed"] == "0"
     assert runs[0].info.status == "FINISHED"
