@@ -6,10 +6,10 @@ order.
 - Embedded, the default: Dask's local scheduler in this process, no server and no set-up, `compute.workers` units
   at a time (0: the machine's cores, or up to twice as many process units, all at once; a single unit, or a single
   worker, runs here). `kind` says how: "threads" for
-  units whose compiled passes release the GIL (a phase cell), "processes" for units that are mostly Python or hold
-  global state (a calibration replicate; a seed, whose fits seed torch's global generator): a process each,
-  started from a fresh server process, not a fork (the OpenMP runtime kills a fork of a process whose threads have
-  run).
+  units whose compiled passes release the GIL, "processes" for units that are mostly Python or hold global state (a
+  calibration replicate, a phase cell, whose flow's step control is Python; a seed, whose fits seed torch's global
+  generator): a process each, forked where the stage's process has not run numba's threads, else started from a
+  fresh server process (the OpenMP runtime kills a fork of a process whose threads have run).
 - A cluster: `compute.address`, or $TOKSEL_COMPUTE_ADDRESS, names a Dask scheduler (tcp://host:8786); the units
   go to its workers, whatever started them (dask-jobqueue on SLURM, dask-kubernetes, `dask scheduler` and
   `dask worker` by hand, a LocalCluster in a test). The workers need the project installed (docs/scale.md).
@@ -82,7 +82,7 @@ _inside_unit: ContextVar[bool] = ContextVar("inside_unit", default=False)
 def _workers_here(units: int, kind: str) -> int:
     """Units at a time on this machine by default: one per core; but a few process units (a stage's seeds: 3 on
     2 cores) all at once, the cores shared among them, since a unit runs on one thread and a last round of one
-    would leave the other cores idle (train@imdb: 510 s as 2 + 1 against about 380 s as 3 at once)."""
+    would leave the other cores idle (train@imdb: 510 s as 2 + 1, 446 s as 3 at once)."""
     cores = os.cpu_count() or 1
     return units if kind == "processes" and units <= 2 * cores else cores
 
