@@ -1,8 +1,7 @@
-"""The MLflow view of the run records: idempotent when run twice, at once, and after a kill midway."""
+"""The MLflow view of the run records: rebuilt alike when published twice, at once, and after a kill midway."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -105,8 +104,7 @@ def _publisher(project: Path, kill_after: int | None = None) -> subprocess.Popen
                 "    made.append(spec)\n"
                 f"    if len(made) > {kill_after}:\n"
                 "        self.client.create_run(self.experiment_id, run_name='half made', tags={\n"
-                "            view.RECORD_TAG: spec.key, view.PIPELINE_KEY_TAG: spec.pipeline,\n"
-                "            view.PUBLISHER_TAG: self.me})\n"
+                "            view.RECORD_TAG: spec.key, view.PIPELINE_KEY_TAG: spec.pipeline})\n"
                 "        os.kill(os.getpid(), signal.SIGKILL)\n"
                 "    return create(self, spec, parent)\n"
                 "view.Publisher._create = dying\n" + code)
@@ -127,15 +125,42 @@ def test_a_publisher_killed_midway_is_finished_by_the_next(project):
 
 
 def test_publishers_at_once_leave_each_run_once(project):
-    """Three publishers started together on a store that exists, so that none waits for another to make it: they
-    overlap (tried: 99 and 89 runs made for 61 records), and what they made twice they removed."""
+    """Three publishers started together on a store that exists: one at a time takes the store's lock, and the
+    later ones find every run made."""
     _records(project, seeds=20)
     Publisher(f"sqlite:///{project / 'mlflow.db'}")
     started = [_publisher(project) for _ in range(3)]
+    outs = []
     for process in started:
         out, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
+        outs.append(out)
     _check_once(project, seeds=20)
+    assert sorted(int(out.split("(")[1].split()[0]) for out in outs) == [0, 0, 1 + 3 * 20]  # made now
+
+
+def test_a_held_lock_is_one_line_and_exit_2(project):
+    from filelock import FileLock
+
+    _records(project)
+    with FileLock(project / "mlflow.lock"):
+        code = subprocess.run([sys.executable, "-c", "import sys; from toksel.runtime import experiment; "
+                               "experiment.LOCK_WAIT = 0.5; from toksel import publish; sys.exit(publish.main())"],
+                              cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert code.returncode == 2 and len(code.stderr.strip().splitlines()) == 1
+    assert "has held" in code.stderr and "mlflow.lock" in code.stderr
+
+
+def test_runs_no_record_backs_are_removed_and_a_deleted_experiment_comes_back(project):
+    """A record replaced within its pipeline execution (its stage ran again): its old run goes, the new one comes.
+    The experiment deleted in the UI: publish restores it and rebuilds the view."""
+    _records(project)
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    client.delete_experiment(client.get_experiment_by_name("toksel").experiment_id)
+    _records(project, seeds=2)  # the same pipeline, its stage rerun with two seeds
+    assert publish.main([]) == 0
+    _check_once(project, seeds=2)
 
 
 def test_a_store_that_fails_is_one_line_and_exit_2(project, capsys):
@@ -154,21 +179,3 @@ def test_a_damaged_record_is_one_line_and_exit_2(project, capsys, content, said)
     assert publish.main([]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and said in error[0]
-
-
-def test_a_live_run_whose_stage_died_before_its_record_is_removed(project):
-    """A fit's live run (runtime/live.py) that no record will complete: its process is gone; one whose process
-    still trains is left alone."""
-    from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG
-    from toksel.runtime.processes import Process
-
-    _records(project)
-    publisher = Publisher(f"sqlite:///{project / 'mlflow.db'}")
-    host = socket.gethostname()
-    dead = publisher.client.create_run(publisher.experiment_id, tags={
-        LIVE_TAG: "a", LIVE_PROCESS_TAG: f"{host} {Process(2**22 + 17, 0.0)}"}).info.run_id
-    training = publisher.client.create_run(publisher.experiment_id, tags={
-        LIVE_TAG: "b", LIVE_PROCESS_TAG: f"{host} {Process.current()}"}).info.run_id
-    assert publish.main([]) == 0
-    client, runs = _store(project)
-    assert training in {run.info.run_id for run in runs} and dead not in {run.info.run_id for run in runs}

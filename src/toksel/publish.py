@@ -1,8 +1,9 @@
 """Show the stages' run records (runs/) as MLflow runs: `python -m toksel.publish [<tracking URI>]`.
 
 The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project>/mlflow.db;
-run it by hand for any other store (a team server). It is idempotent (toksel/tracking/view.py): run it again after
-a failure, twice or at once, and the store holds each run once, none left RUNNING. A store that does not answer is
+run it by hand for any other store (a team server). It rebuilds the view (toksel/tracking/view.py), one publisher at
+a time on this host: run it again after a failure, twice or at once, and the store holds each run once, none left
+RUNNING. A store that does not answer is
 one line and exit 2; the results are all in place, and running it again finishes the job. MLflow's own settings
 bound its waits: MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
 """
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(SUMMARY, {"records": published.records,
                              "artifacts_not_shown": len(published.skipped_artifacts)})
     print(f"publish: {published.runs} runs in {_without_password(uri)} ({published.created} made now, "
-          f"{published.removed} unfinished or duplicate removed)")
+          f"{published.removed} no record backs removed)")
     return 0
 
 

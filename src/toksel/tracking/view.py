@@ -1,39 +1,32 @@
 """MLflow as a view of the run records that the stages write under runs/ (runtime/records.py).
 
 `publish` shows each record as an MLflow run of the toksel experiment: a parent run per pipeline execution, its
-stage runs under it, their trials, controls and cells under those (three levels). A run is known by what produced
-it: RECORD_TAG holds the SHA-256 of its record (stage, dataset, variant, seed, parameters, metrics, the digests of
-its artifacts, its times) and of its parent's. Hence, by construction:
-- publishing twice is publishing once: a record whose run the store holds, ended, is left alone;
-- a publisher killed midway leaves runs RUNNING, tagged with its process (PUBLISHER_TAG): the next publisher on that
-  host deletes them once that process is gone (from another host, after STALE seconds) and makes them afresh;
-- two publishers at once may both make a run for one record: each ends by keeping, for every record, the run that
-  starts first (then the smaller id), deleting the others, and hanging every nested run under its parent record's
-  kept run. All publishers choose alike, so the last one to finish leaves one run per record.
-Nothing here runs inside a compute stage, and nothing is kept outside the store: the records are the truth, and a
-store that fails costs this step alone.
+stage runs under it, their trials, controls and cells under those. A run is known by its record: RECORD_TAG holds
+the SHA-256 of the record (stage, dataset, variant, seed, parameters, metrics, the digests of its artifacts, its
+times) and of its parent's. Publishing rebuilds the view of the pipeline executions the records name, under the
+store's lock (runtime/experiment.py): it keeps the finished run of each record, makes the runs no run shows yet
+(parents first), and deletes every other run of those executions: one no record backs any longer, one a publisher
+killed midway left unfinished, one made twice. Hence publishing twice is publishing once, and a rerun after a
+failure finishes the job. The records are the truth: a store that fails costs this step alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toksel.runtime.errors import ToksError
-from toksel.runtime.experiment import LIVE_PROCESS_TAG, LIVE_TAG, gone_from_this_host, open_experiment, this_process
+from toksel.runtime.experiment import open_experiment, store_lock
 from toksel.runtime.io import file_sha256, read_json
 
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
-PUBLISHER_TAG = "toksel.publisher"  # "<host> <pid>-<start time>" of the publisher making the run
 PARENT_TAG = "mlflow.parentRunId"
-STALE = 3600.0  # seconds after which a RUNNING run of another host's publisher is taken as abandoned
 RECORDS = Path("runs")
 
 
@@ -53,7 +46,7 @@ class Published:
     runs: int = 0  # in the store, one per record
     records: int = 0  # of those, the stages' (not the parents': how many executions made the records varies)
     created: int = 0
-    removed: int = 0  # unfinished or duplicate runs deleted
+    removed: int = 0  # runs no record backs, unfinished or made twice, deleted
     skipped_artifacts: list[str] = field(default_factory=list)
 
 
@@ -65,7 +58,7 @@ def read_specs(root: Path = RECORDS) -> list[Spec]:
     """Every run to show, parents before children, from the record files under `root`."""
     by_pipeline: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
     for path in sorted(root.rglob("[!.]*.json")) if root.is_dir() else []:
-        content = read_json(path)  # checked against the folder's digests: a record edited by hand is refused
+        content = read_json(path)
         try:
             pipeline, runs = content["pipeline"], content["runs"]
             by_pipeline[pipeline["key"]].extend((pipeline, run) for run in runs)
@@ -96,81 +89,62 @@ def _tree(run: dict, pipeline_key: str, parent_key: str, texts: dict[str, str]) 
 
 
 class Publisher:
-    """Makes the runs of the specs in one MLflow store, as the module says."""
+    """Rebuilds, in one MLflow store, the view of the specs' pipeline executions, as the module says."""
 
     def __init__(self, uri: str) -> None:
-        self.uri, self.me = uri, this_process()
-        self.client, self.experiment_id = open_experiment(uri)
+        self.uri = uri
+        with store_lock(uri):
+            self.client, self.experiment_id = open_experiment(uri)
         self.published = Published()
 
-    def _runs(self, pipeline_key: str) -> dict[str, list]:
-        """The store's runs of one pipeline execution, by record."""
-        found, token = defaultdict(list), None
+    def _runs(self, pipeline_key: str) -> list[Any]:
+        """The store's runs of one pipeline execution."""
+        found, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], f"tags.`{PIPELINE_KEY_TAG}` = '{pipeline_key}'",
                                            max_results=1000, page_token=token)
-            for run in page:
-                found[run.data.tags.get(RECORD_TAG)].append(run)
+            found.extend(page)
             token = page.token
             if not token:
                 return found
 
     def publish(self, specs: list[Spec]) -> Published:
-        for pipeline_key in dict.fromkeys(spec.pipeline for spec in specs):
-            mine = [spec for spec in specs if spec.pipeline == pipeline_key]
-            existing = self._runs(pipeline_key)
-            made: dict[str, str] = {}
-            for spec in mine:
-                ended = _ended(run for run in existing.get(spec.key, []) if not self._remove_if_abandoned(run))
-                made[spec.key] = ended[0].info.run_id if ended else self._create(spec, made.get(spec.parent_key))
-            self._reconcile(pipeline_key, mine)
-        self._remove_dead_live_runs()
+        with store_lock(self.uri):
+            for pipeline_key in dict.fromkeys(spec.pipeline for spec in specs):
+                self._rebuild([spec for spec in specs if spec.pipeline == pipeline_key])
         return self.published
 
-    def _remove_dead_live_runs(self) -> None:
-        """Live runs no record will complete: their fit's process, on this host, is gone and they were never
-        completed (their stage died first; its rerun makes its own)."""
-        for run in self.client.search_runs([self.experiment_id], f"tags.`{LIVE_TAG}` != ''", max_results=1000):
-            if RECORD_TAG not in run.data.tags and gone_from_this_host(run.data.tags.get(LIVE_PROCESS_TAG, "")):
-                self._unless_gone(self.client.delete_run, run.info.run_id)
+    def _rebuild(self, specs: list[Spec]) -> None:
+        kept: dict[str, str] = {}  # record key -> run id
+        for run in sorted(self._runs(specs[0].pipeline), key=lambda run: (run.info.start_time, run.info.run_id)):
+            key = run.data.tags.get(RECORD_TAG)
+            if run.info.status == "RUNNING" or key in kept:
+                self.client.delete_run(run.info.run_id)
                 self.published.removed += 1
-
-    def _remove_if_abandoned(self, run: Any) -> bool:
-        """Delete `run` if a publisher left it unfinished: its process, on this host, is gone (on another, it is
-        older than STALE)."""
-        if run.info.status != "RUNNING":
-            return False
-        gone = gone_from_this_host(run.data.tags.get(PUBLISHER_TAG, ""))
-        if not (time.time() - run.info.start_time / 1000 > STALE if gone is None else gone):
-            return False
-        self._unless_gone(self.client.delete_run, run.info.run_id)
-        self.published.removed += 1
-        return True
-
-    def _live_run(self, key: str | None) -> Any:
-        """The run a fit's live logger made (runtime/live.py), if any."""
-        found = [] if key is None else self.client.search_runs(
-            [self.experiment_id], f"tags.`{LIVE_TAG}` = '{key}'", max_results=1)
-        return found[0] if found else None
+            else:
+                kept[key] = run.info.run_id
+        wanted = {spec.key for spec in specs}
+        for key in [key for key in kept if key not in wanted]:
+            self.client.delete_run(kept.pop(key))
+            self.published.removed += 1
+        for spec in specs:  # parents first
+            if spec.key not in kept:
+                kept[spec.key] = self._create(spec, kept.get(spec.parent_key))
+        self.published.runs += len(specs)
+        self.published.records += sum(spec.parent_key is not None for spec in specs)
 
     def _create(self, spec: Spec, parent_id: str | None) -> str:
-        """The record's run: made, or, where the fit sent its curves live, that run completed (its curves kept)."""
-        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+        """The record's run, RUNNING until all of it is logged (a kill midway leaves it to the next publisher)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
 
         record = spec.record
-        tags = {**record["tags"], RECORD_TAG: spec.key, PIPELINE_KEY_TAG: spec.pipeline, PUBLISHER_TAG: self.me,
+        tags = {**record["tags"], RECORD_TAG: spec.key, PIPELINE_KEY_TAG: spec.pipeline,
                 **({PARENT_TAG: parent_id, PARENT_RECORD_TAG: spec.parent_key} if parent_id else {})}
-        live = self._live_run(record["tags"].get(LIVE_TAG))
-        if live is None:
-            run_id, have = self.client.create_run(self.experiment_id, start_time=int(record["started"] * 1000),
-                                                  tags=tags, run_name=record["name"]).info.run_id, None
-        else:  # unfinished until completed: a kill midway leaves it to the next publisher, as a made run
-            run_id, have = live.info.run_id, live.data
-            self.client.update_run(run_id, status="RUNNING", name=record["name"])
-            self.client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
-        params = [Param(key, value) for key, value in record["params"].items() if not have or key not in have.params]
+        run_id = self.client.create_run(self.experiment_id, start_time=int(record["started"] * 1000), tags=tags,
+                                        run_name=record["name"]).info.run_id
+        params = [Param(key, value) for key, value in record["params"].items()]
         metrics = [Metric(name, value, stamp, step) for name, points in record["metrics"].items()
-                   if not have or name not in have.metrics for step, value, stamp in points]
+                   for step, value, stamp in points]
         for start in range(0, len(params), 100):  # MLflow takes 100 params, 1000 metrics a call
             self.client.log_batch(run_id, params=params[start : start + 100])
         for start in range(0, len(metrics), 1000):
@@ -190,41 +164,7 @@ class Publisher:
         for name, text in spec.texts.items():
             if text:
                 self.client.log_text(run_id, text, name)
-        self.client.set_terminated(run_id, record["status"], end_time=int((record["ended"] or time.time()) * 1000))
+        self.client.set_terminated(run_id, record["status"], end_time=int(record["ended"] * 1000)
+                                   if record["ended"] else None)
         self.published.created += 1
         return run_id
-
-    def _unless_gone(self, call: Any, run_id: str, *args: str) -> None:
-        """`call(run_id, *args)`, unless another publisher has deleted the run meanwhile (it chose alike)."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            call(run_id, *args)
-        except MlflowException as error:
-            if "must be in the 'active' state" not in str(error):
-                raise
-
-    def _reconcile(self, pipeline_key: str, specs: list[Spec]) -> None:
-        """One run per record: the first of each kept, the others deleted, every nested run under its parent
-        record's kept run."""
-        existing = self._runs(pipeline_key)
-        kept = {}
-        for key, runs in existing.items():
-            ended = _ended(runs)
-            if ended and key is not None:
-                kept[key] = ended[0]
-                for duplicate in ended[1:]:
-                    self._unless_gone(self.client.delete_run, duplicate.info.run_id)
-                    self.published.removed += 1
-        for run in kept.values():
-            parent = kept.get(run.data.tags.get(PARENT_RECORD_TAG))
-            if parent is not None and run.data.tags.get(PARENT_TAG) != parent.info.run_id:
-                self._unless_gone(self.client.set_tag, run.info.run_id, PARENT_TAG, parent.info.run_id)
-        self.published.runs += sum(spec.key in kept for spec in specs)
-        self.published.records += sum(spec.key in kept for spec in specs if spec.parent_key is not None)
-
-
-def _ended(runs: Iterable[Any]) -> list[Any]:
-    """The runs no publisher is still making, the one that started first (then the smaller id) first: the one kept."""
-    return sorted((run for run in runs if run.info.status != "RUNNING"),
-                  key=lambda run: (run.info.start_time, run.info.run_id))

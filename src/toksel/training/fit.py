@@ -272,7 +272,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         max_epochs=max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
-        logger=[StageLogger(run), *([live_logger(run)] if run.live else [])],
+        logger=[StageLogger(run), *filter(None, [live_logger(run.label) if run.live else None])],
         callbacks=[best, last, stopping, StopOnNonFiniteLoss(), LogNorms(), RecordFit(fingerprint), log,
                    *callbacks],
         enable_progress_bar=progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
