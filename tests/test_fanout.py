@@ -1,4 +1,4 @@
-"""Independent units through Dask (runtime/fanout.py): embedded by default, a cluster one setting away, the same
+"""Independent units through joblib and Dask (runtime/fanout.py): embedded by default, a cluster one setting away, the same
 numbers either way."""
 
 import json
@@ -86,8 +86,7 @@ def test_a_local_cluster_of_two_worker_processes_gives_the_embedded_numbers(prep
     # This machine's BLAS on two threads, as outside the tests: the units still run on one, as the workers do.
     with threadpool_limits(limits=2):
         embedded = run()
-    # A stage in a process of its own, as DVC runs it, forks its seeds' workers (this one, whose numba threads have
-    # run, starts them from a server process): the same numbers.
+    # A stage in a process of its own, as DVC runs it: the same numbers.
     assert run_stage_process("one_step", seeded, prepared).returncode == 0
     assert _same(_numbers(outputs["one_step"]), embedded["one_step"])
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -117,3 +116,19 @@ def test_a_stopped_stage_stops_the_seeds_it_fanned_out(prepared):
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive
     assert not (prepared / "results" / "train").exists()
+
+
+def test_a_unit_carries_no_login(monkeypatch):
+    """What a unit pickles: its function, its unit, the folder and the settings that steer the computation; a
+    password or a token in the submitting environment stays there."""
+    import functools
+    import pickle
+
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "hunter2-password")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    monkeypatch.setenv("TOKSEL_DATA_MIRROR", "/mirror")
+    place = fanout.Place.here()
+    carried = dict(place.environment)
+    assert carried.get("TOKSEL_DATA_MIRROR") == "/mirror"
+    unit = pickle.dumps(functools.partial(fanout.run_unit, draw, place, True))
+    assert b"hunter2-password" not in unit and b"hf_secret_token" not in unit

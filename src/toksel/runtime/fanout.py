@@ -1,15 +1,14 @@
-"""Independent units of work through one interface, on Dask: the seeds of a seeded stage, the points of the d sweep,
-the phase grid's cells, the calibration's replicates.
+"""Independent units of work through one interface: the seeds of a seeded stage, the points of the d sweep, the
+phase grid's cells, the calibration's replicates.
 
 `map_units(work, units, settings, kind)` runs `work(unit)` for every unit and returns the results in the units'
 order.
-- Embedded, the default: Dask's local scheduler in this process, no server and no set-up, `compute.workers` units
-  at a time (0: the machine's cores, or up to twice as many process units, all at once; a single unit, or a single
-  worker, runs here). `kind` says how: "threads" for
-  units whose compiled passes release the GIL, "processes" for units that are mostly Python or hold global state (a
-  calibration replicate, a phase cell, whose flow's step control is Python; a seed, whose fits seed torch's global
-  generator): a process each, forked where the stage's process has not run numba's threads, else started from a
-  fresh server process (the OpenMP runtime kills a fork of a process whose threads have run).
+- Embedded, the default: joblib on this machine, no server and no set-up, `compute.workers` units at a time (0: the
+  machine's cores, or up to twice as many process units, all at once; a single unit, or a single worker, runs
+  here). `kind` says how: "threads" for units whose compiled passes release the GIL, "processes" for units that
+  are mostly Python or hold global state (a calibration replicate, a phase cell, whose flow's step control is
+  Python; a seed, whose fits seed torch's global generator): joblib's loky processes, started fresh (never a fork
+  of a process whose OpenMP threads have run) and kept for the stage's next map.
 - A cluster: `compute.address`, or $TOKSEL_COMPUTE_ADDRESS, names a Dask scheduler (tcp://host:8786); the units
   go to its workers, whatever started them (dask-jobqueue on SLURM, dask-kubernetes, `dask scheduler` and
   `dask worker` by hand, a LocalCluster in a test). The workers need the project installed (docs/scale.md).
@@ -18,18 +17,18 @@ Each unit carries its seed and inputs, fixed before it is submitted, runs on one
 (a Dask worker has one, and a sum split over more threads rounds otherwise: the max-margin QP's last digits, a
 flow's gradient), and the results come back in the units' order: the numbers are the same whichever backend ran
 them. Which backend runs them is not a result, so `compute` is in no stage's settings (pipelines/sections.py):
-pointing a run at a cluster reruns nothing.
+pointing a run at a cluster reruns nothing. A unit carries the working directory and the few environment
+variables that steer the computation (CARRIED), never the rest: no password or token leaves this machine in one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import multiprocessing
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -66,7 +65,7 @@ def map_units(work: Callable[[Unit], Result], units: Sequence[Unit], settings: C
     # a unit run here on its own); numba's alone, which is per thread, where it shares the process with other
     # threads' units (the map sets the rest for all of them).
     shared = kind == "threads" and not scheduler and workers > 1 and not _inside_unit.get()
-    single = functools.partial(_in_one_thread, work, Place.here(), not shared)
+    single = functools.partial(run_unit, work, Place.here(), not shared)
     if _inside_unit.get():  # the units of a unit (a seed's, running elsewhere): there, one after another
         return _inline(single, units, progress)
     if scheduler:
@@ -88,9 +87,8 @@ def _workers_here(units: int, kind: str) -> int:
 
 
 def _loaded(name: str) -> Any:
-    """The module `name` if it is imported, not while another thread is still importing it."""
-    module = sys.modules.get(name)
-    return None if module is None or getattr(module.__spec__, "_initializing", False) else module
+    """The module `name` if it is imported (import_module waits while another thread is still importing it)."""
+    return importlib.import_module(name) if name in sys.modules else None
 
 
 @contextmanager
@@ -121,12 +119,14 @@ class Place:
     folder: str
     environment: tuple[tuple[str, str], ...]
 
-    CARRIED = ("TOKSEL_", "MLFLOW_", "DVC_", "HF_")
+    # What a unit reads of the environment: the data's mirror and offline switches, progress bars, the run's
+    # grouping. Nothing else travels: no login (MLFLOW_TRACKING_PASSWORD, HF_TOKEN) is pickled into a unit.
+    CARRIED = ("TOKSEL_DATA_MIRROR", "TOKSEL_PROGRESS", "TOKSEL_PIPELINE_ID", "HF_HUB_OFFLINE",
+               "HF_DATASETS_OFFLINE", "DVC_EXP_NAME", "DVC_ROOT")
 
     @classmethod
     def here(cls) -> Place:
-        return cls(os.getcwd(), tuple((name, value) for name, value in os.environ.items()
-                                      if name.startswith(cls.CARRIED) and name != ADDRESS_ENV))
+        return cls(os.getcwd(), tuple((name, os.environ[name]) for name in cls.CARRIED if name in os.environ))
 
     def enter(self) -> None:
         """In a worker: into the folder, with the settings (a no-op where the units were submitted)."""
@@ -138,7 +138,7 @@ class Place:
         os.environ.update((name, value) for name, value in self.environment if os.environ.get(name) != value)
 
 
-def _in_one_thread(work: Callable[[Unit], Result], place: Place, whole_process: bool, unit: Unit) -> Result:
+def run_unit(work: Callable[[Unit], Result], place: Place, whole_process: bool, unit: Unit) -> Result:
     """`work(unit)` on one thread (one_thread), in whichever process runs it, as if where it was submitted."""
     place.enter()
     marked = _inside_unit.set(True)
@@ -159,72 +159,21 @@ def _inline(work: Callable[[Unit], Result], units: Sequence[Unit], progress: Cal
 
 def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, workers: int,
               progress: Callable[[], Any]) -> list[Result]:
-    import dask
-    from dask.diagnostics import Callback
+    """joblib's threads, or its loky processes: reused by the stage's next map (the calibration maps a few units
+    at a time dozens of times), killed when the stage stops (joblib ends its workers on an error or a signal)."""
+    from joblib import Parallel, delayed
 
-    tasks = [dask.delayed(work, pure=False)(unit) for unit in units]
-    with Callback(posttask=lambda *_: progress()):
-        if kind == "threads":
-            # The thread counts are the process's: set for the whole map, so that a thread's unit, ending, cannot
-            # lift them under another's that is still running.
-            with one_thread():
-                return list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
-        # chunksize 1: Dask would otherwise hand a worker up to six units in one go.
-        pool = _pool(workers)
-        try:
-            return list(dask.compute(*tasks, scheduler="processes", pool=pool, chunksize=1))
-        except BaseException:
-            # SIGKILL: a unit has written nothing in place (its outputs are the stage's to write), and a fit's
-            # checkpoints are trusted by what they record (training/fit.py). The executor has no public way to it.
-            for process in list(pool._processes.values()):
-                process.kill()
-            _drop_pool()
-            raise
-
-
-_pools: dict[int, ProcessPoolExecutor] = {}  # the process's pool, by its worker count: at most one
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """Our own pool, so that a stopped stage stops its units at once (Dask's would wait for them to end); kept for
-    the stage's next map of as many workers, since the calibration maps a few units at a time dozens of times and
-    a pool's start cost more than its units (0.8 s a map of sixteen one-step units on small data). A unit depends
-    on nothing a worker kept from its last one: it carries its seed and inputs."""
-    if workers not in _pools:
-        _drop_pool()
-        _quiet_resource_tracker()
-        _pools[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_start_method()))
-    return _pools[workers]
-
-
-def _drop_pool() -> None:
-    for pool in _pools.values():
-        pool.shutdown(wait=True, cancel_futures=True)  # prompt where its workers are gone; and frees its queues
-    _pools.clear()
-
-
-def _start_method() -> str:
-    """How the worker processes start. A fork costs nothing and inherits the modules already imported (a training
-    stage's torch: 3.5 s a worker otherwise), but the OpenMP runtime of numba's threads kills a fork of a process
-    in which they have run: then, and off Linux, each worker starts from a fresh server process. A stage's own
-    process forks before any of its numeric work (its seeds are its work); the units set their threads themselves."""
-    parallel = sys.modules.get("numba.np.ufunc.parallel")
-    launched = parallel is not None and getattr(parallel, "_is_initialized", True)
-    return "fork" if sys.platform.startswith("linux") and not launched else "forkserver"
-
-
-def _quiet_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker (a process of its own) without its warning about semaphores left at
-    its end: a worker process stopped with its stage leaves its own (numba's start-up lock), which the tracker then
-    frees, and the stage's stop would be told in two lines instead of one."""
-    from multiprocessing import resource_tracker
-
-    options = list(sys.warnoptions)
-    sys.warnoptions.append("ignore:resource_tracker:UserWarning")  # the tracker is started with this process's -W
-    try:
-        resource_tracker.ensure_running()
-    finally:
-        sys.warnoptions[:] = options
+    # max_nbytes None: the units' arrays are pickled as they are, never swapped for read-only memory maps.
+    parallel = Parallel(n_jobs=workers, backend="threading" if kind == "threads" else "loky", batch_size=1,
+                        max_nbytes=None, return_as="generator")
+    # The thread counts are the process's: set for the whole map of threads, so that a thread's unit, ending,
+    # cannot lift them under another's that is still running.
+    with one_thread() if kind == "threads" else contextlib.nullcontext():
+        results = []
+        for result in parallel(delayed(work)(unit) for unit in units):
+            results.append(result)
+            progress()
+        return results
 
 
 def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[Unit],
