@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import sys
 
+import numpy as np
+
 from pipelines.sections import STAGE_SECTIONS
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
@@ -27,9 +29,11 @@ SECTIONS = STAGE_SECTIONS["one_step"]
 
 def one_step(config: Config, run: RunRecord) -> None:
     data = data_dir(config.dataset, config.seed)
-    step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv"),
-                                        config.model.d, config.seed, config.one_step.eta0,
-                                        null_seed=(config.base.data_seed, config.seed))
+    # An overflow is judged below from the step's numbers, in one line: numpy's warnings would say it first in nine.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        step = one_step_from_initialisation(PackedSplit.load(data / "train.npz"),
+                                            read_token_table(data / "tokens.csv"), config.model.d, config.seed,
+                                            config.one_step.eta0, null_seed=(config.base.data_seed, config.seed))
     overflowed = sorted(name for name, value in step.metrics.items() if value is not None and not math.isfinite(value))
     if overflowed:  # a step so large that its own numbers overflow: not a result
         raise ToksError(f"config error: one_step.eta0 = {config.one_step.eta0:g} is too large: the step's "

@@ -11,6 +11,7 @@ import resource
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -139,23 +140,30 @@ def test_a_file_that_lacks_what_its_reader_needs_names_it_in_one_line(prepared, 
     (prepare, ["data.num_classes=3"], "the synthetic generator draws two classes"),
     (one_step, ["one_step.eta0=1e308"], "one_step.eta0 = 1e+308 is too large"),
     (one_step, ["model.d=10000000"], "GiB, more than the 1.0 GiB available: lower model.d"),
-], ids=["synthetic with 3 classes", "an overflowing step", "arrays beyond memory"])
+    (prepare, ["data.synthetic.n_train=1000000000"], "1,000,000,000 synthetic sequences of 6 tokens would need"),
+    (prepare, ["data.synthetic.seq_len=1000000000"], "GiB, more than the 1.0 GiB available: lower data.synthetic"),
+], ids=["synthetic with 3 classes", "an overflowing step", "arrays beyond memory", "a billion sequences",
+        "sequences of a billion tokens"])
 def test_params_whose_results_would_be_wrong_are_refused_in_one_line(prepared, capsys, stage, args, message,
                                                                       monkeypatch):
     monkeypatch.setattr("toksel.runtime.memory.available_bytes", lambda: 2**30)  # 1 GiB free, whatever this machine has
     before = {path: path.read_bytes() for path in (prepared / "results").rglob("*") if path.is_file()}
-    assert stage.main([*TINY, *args]) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the one line alone: no warning before it
+        assert stage.main([*TINY, *args]) == 2
     assert message in _one_line(capsys, stage.__name__.split(".")[-1])
     assert {path: path.read_bytes() for path in (prepared / "results").rglob("*") if path.is_file()} == before
 
 
-def test_a_yaml_alias_bomb_is_refused_before_it_expands(project, capsys):
-    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(12))
+@pytest.mark.parametrize("depth", [1, 40])
+def test_a_yaml_alias_is_refused_before_it_expands(project, capsys, depth):
+    """Any alias: 40 nested ones once took 21 s to count, and 90 never finished."""
+    bomb = "n0: &n0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"n{i}: &n{i} [{', '.join([f'*n{i - 1}'] * 10)}]\n" for i in range(1, depth + 1))
     (project / "params.yaml").write_text((project / "params.yaml").read_text() + "\nbomb:\n" + "".join(
         f"  {line}\n" for line in bomb.splitlines()))
     assert check_params.main([]) == 2
-    assert "YAML aliases" in _one_line(capsys, "check_params")
+    assert "uses a YAML alias (*" in _one_line(capsys, "check_params")
 
 
 def test_a_file_size_limit_ends_a_stage_in_one_line(prepared):
@@ -246,3 +254,15 @@ def test_params_changed_while_a_stage_runs_stop_it_before_its_outputs_replace_th
     assert gradient_flow.main([*TINY, "gradient_flow.horizon=5e3"]) == 2
     assert "params.yaml changed while this stage ran" in _one_line(capsys, "gradient_flow")
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_the_memory_guard_sees_an_address_space_limit():
+    """`ulimit -v` bounds what an allocation can have, as a container's cgroup does: the guard counts it."""
+    code = ("import resource; from toksel.runtime import memory\n"
+            "vm = int(next(l for l in open('/proc/self/status') if l.startswith('VmSize:')).split()[1]) * 1024\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (vm + 2**28, resource.RLIM_INFINITY))\n"
+            "print(memory.available_bytes())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert 0 < int(done.stdout) <= 2**28

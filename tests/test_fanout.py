@@ -1,5 +1,5 @@
-"""Independent units through joblib and Dask (runtime/fanout.py): embedded by default, a cluster one setting away, the same
-numbers either way."""
+"""Independent units through joblib and Dask (runtime/fanout.py): embedded by default, a cluster one setting away,
+the same numbers either way."""
 
 import json
 import math

@@ -187,6 +187,17 @@ def test_bad_file_input_exits_2_with_one_line(own_project, capsys, case):
     assert not (own_project / "data" / "processed").exists()
 
 
+def test_a_link_out_of_data_own_is_refused(own_project, capsys, tmp_path):
+    """data/own/reviews.csv a link to a file elsewhere: refused as `../reviews.csv` is, in one line."""
+    outside = tmp_path / "elsewhere.csv"
+    outside.write_text("review,stars\nsecret,1\n")
+    (own_project / "data" / "own" / "reviews.csv").unlink()
+    (own_project / "data" / "own" / "reviews.csv").symlink_to(outside)
+    assert prepare.main(["dataset=mine"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "is a link to a file outside data/own/" in error[0], error
+
+
 def test_check_params_refuses_a_file_dataset_without_a_path_and_records_the_files_digest(own_project, capsys):
     assert check_params.write_settings({"prepare@mine": "python -m pipelines.prepare dataset=mine",
                                         "one_step@mine": "python -m pipelines.one_step dataset=mine"}) == 2

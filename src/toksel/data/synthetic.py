@@ -17,6 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from toksel.data.corpus import PackedSplit
+from toksel.runtime.memory import require_memory
+
+BYTES_PER_ENTRY = 48  # the independent mode's draws: four int64 arrays and a mask of n x T, and the packed split
 
 POSITIVE, NEGATIVE, IRRELEVANT = 1, -1, 0
 
@@ -83,6 +86,8 @@ def generate_independent(
 def generate(
     mode: str, vocab: SyntheticVocabulary, n: int, seq_len: int, delta: float, rng: np.random.Generator
 ) -> PackedSplit:
+    require_memory(BYTES_PER_ENTRY * n * seq_len, f"{n:,} synthetic sequences of {seq_len:,} tokens",
+                   "lower data.synthetic.n_train, n_test or seq_len")
     if mode == "assumption1":
         return generate_assumption1(vocab, n, seq_len, rng)
     return generate_independent(vocab, n, seq_len, delta, rng)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import resource
 import sys
 from pathlib import Path
 
@@ -32,7 +33,15 @@ def keep_freed_memory() -> bool:
 
 
 def available_bytes() -> int | None:
-    """The memory the kernel says a new allocation can have (MemAvailable), or None where it does not say."""
+    """The memory a new allocation can have: the least of what the kernel says is available (MemAvailable), what
+    the container's cgroup still allows, and what this process's address-space limit (`ulimit -v`) leaves; None
+    where none of them says."""
+    bounds = [_meminfo_available(), _cgroup_left(), _address_space_left()]
+    known = [bound for bound in bounds if bound is not None]
+    return min(known) if known else None
+
+
+def _meminfo_available() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -40,6 +49,35 @@ def available_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _cgroup_left() -> int | None:
+    """cgroup v2's memory.max less memory.current (v1: limit_in_bytes less usage_in_bytes); None without a limit."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    for limit, usage in ((Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
+                         (v1 / "memory.limit_in_bytes", v1 / "memory.usage_in_bytes")):
+        try:
+            cap = limit.read_text().strip()
+            if cap == "max" or int(cap) >= 2**60:  # v1 writes "no limit" as a huge number
+                return None
+            return max(int(cap) - int(usage.read_text().strip()), 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _address_space_left() -> int | None:
+    """RLIMIT_AS less the address space this process already maps (VmSize)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(soft - int(line.split()[1]) * 1024, 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return soft
 
 
 def require_memory(needed: int, what: str, fix: str) -> None:
