@@ -11,6 +11,7 @@ import resource
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -67,10 +68,32 @@ def test_a_valid_params_file_passes_the_check_with_an_unchanging_verdict(project
     assert check_params.main([]) == 0 and verdict.read_bytes() == first  # downstream stages see no change
 
 
-def test_a_quote_in_the_pipeline_id_is_refused_before_the_store_is_searched(project, capsys, monkeypatch):
+def test_a_quote_in_the_pipeline_id_is_refused_before_the_stage_works(project, capsys, monkeypatch):
     monkeypatch.setenv("TOKSEL_PIPELINE_ID", "a'b")
     assert prepare.main(TINY) == 2
     assert re.search(r"TOKSEL_PIPELINE_ID .* may hold only", _one_line(capsys, "prepare"))
+    assert not (project / "data" / "processed").exists()  # refused before the data were drawn
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("${oc.env:MLFLOW_TRACKING_PASSWORD}", "data.hub_id = '${oc.env:MLFLOW_TRACKING_PASSWORD}' in params.yaml is an "
+                                           "interpolation"),
+    ("${model.d}", "is an interpolation: write the value itself")])
+def test_an_interpolation_in_params_is_refused_and_no_secret_is_written(project, capsys, monkeypatch, value, said):
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "hunter2-password")
+    text = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(text.replace('  hub_id: ""', f'  hub_id: "{value}"', 1))
+    assert check_params.main([]) == 2
+    assert said in _one_line(capsys, "check_params")
+    written = [path.read_text() for path in project.rglob("*.json")]
+    assert not any("hunter2" in text for text in written)
+
+
+def test_twenty_thousand_seeds_are_refused_in_one_line_at_once(project, capsys):
+    started = time.monotonic()
+    assert check_params.main([f"base.seeds=[{','.join(map(str, range(20_000)))}]"]) == 2
+    assert "base.seeds holds 20,000 seeds, more than 1,000" in _one_line(capsys, "check_params")
+    assert time.monotonic() - started < 20
 
 
 def test_a_damaged_intermediate_file_names_the_stage_to_rerun(prepared, capsys):

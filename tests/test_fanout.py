@@ -132,3 +132,21 @@ def test_a_unit_carries_no_login(monkeypatch):
     assert carried.get("TOKSEL_DATA_MIRROR") == "/mirror"
     unit = pickle.dumps(functools.partial(fanout.run_unit, draw, place, True))
     assert b"hunter2-password" not in unit and b"hf_secret_token" not in unit
+
+
+def test_a_listener_that_is_not_dask_is_one_line_in_seconds(monkeypatch):
+    """A web server at compute.address: it accepts the connection and never shakes hands as Dask does."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(fanout, "CONNECT_SECONDS", 1)
+    monkeypatch.setenv(fanout.ADDRESS_ENV, f"tcp://127.0.0.1:{server.server_address[1]}")
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToksError, match="no Dask scheduler answers there"):
+            fanout.map_units(draw, range(2), HERE)
+    finally:
+        server.shutdown()
+    assert time.monotonic() - started < 15

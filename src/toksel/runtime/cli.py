@@ -175,6 +175,7 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         read = read_config(argv)
         config = read.config
         check_experiment_alone()
+        pipeline_key()  # a bad $TOKSEL_PIPELINE_ID is refused now, not after the stage's work
 
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "

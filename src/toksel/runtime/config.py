@@ -404,6 +404,9 @@ def _check_consistency(config: Config, prefix: str) -> None:
     seeds = config.base.seeds
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
         raise ToksError(f"config error: {prefix}base.seeds = {seeds} must be a non-empty list of distinct seeds >= 0")
+    if len(seeds) > MAX_SEEDS:
+        raise ToksError(f"config error: {prefix}base.seeds holds {len(seeds):,} seeds, more than {MAX_SEEDS:,}: each "
+                        "is a folder, a run and a unit of every seeded stage; run larger studies in batches of seeds")
     arms = config.train.arms
     if not arms or len(set(arms)) != len(arms) or not set(arms) <= set(EMBEDDINGS):
         raise ToksError(f"config error: {prefix}train.arms = {arms} must be a non-empty list of distinct arms of "
@@ -500,6 +503,24 @@ def _check_folder_numbers(params: Any, path: Path) -> None:
                         "(dvc.yaml names each row's folder after it)")
 
 
+MAX_SEEDS = 1000  # an interval over a thousand seeds is already 30 times tighter than over one; 20,000 took the
+                  # settings check past a minute and a stopped prepare left thousands of empty seed folders
+
+
+def _check_interpolations(path: Path, params: Any) -> None:
+    """Refuse `${...}` anywhere in the values: DVC compares the text, not what it resolves to, so a change behind it
+    would rerun nothing; and `${oc.env:VAR}` would copy the environment (a password) into the settings and MLflow."""
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict | list):
+            for name, value in node.items() if isinstance(node, dict) else enumerate(node):
+                walk(value, f"{key}.{name}" if key else str(name))
+        elif isinstance(node, str) and "${" in node:
+            raise ToksError(f"config error: {key} = {node!r} in {path} is an interpolation: write the value itself "
+                            "(DVC sees the text, not what it resolves to; an environment variable would be copied "
+                            "into the settings and MLflow)")
+    walk(OmegaConf.to_container(params, resolve=False), "")
+
+
 def _check_aliases(path: Path, text: str) -> None:
     """Refuse any YAML alias, found in the parser's events (which cost what the text does) before anything expands
     it: params.yaml uses none, and a few dozen nested ones expand to gigabytes (a "billion laughs")."""
@@ -527,6 +548,7 @@ def _read_params(path: Path) -> tuple[Any, str]:
         raise ToksError(f"config error: {path}: {str(error).splitlines()[0]}") from None
     if not isinstance(params, DictConfig):
         raise ToksError(f"config error: {path} must be a mapping of sections, not a list")
+    _check_interpolations(path, params)
     values = json.dumps(OmegaConf.to_container(params, resolve=False), sort_keys=True, default=str)
     return params, hashlib.sha256(values.encode()).hexdigest()
 

@@ -178,11 +178,19 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
 
 def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[Unit],
                 progress: Callable[[], Any]) -> list[Result]:
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
     from distributed import Client
 
+    # Client's own timeout bounds the connection, not the handshake: a listener that is not Dask (a web server, a
+    # silent port) would hold it for minutes. The wait is bounded here; a connection that never came is left behind.
+    connecting = ThreadPoolExecutor(1)
+    attempt = connecting.submit(Client, scheduler, timeout=f"{CONNECT_SECONDS}s", set_as_default=False)
+    connecting.shutdown(wait=False)
     try:
-        client = Client(scheduler, timeout=f"{CONNECT_SECONDS}s", set_as_default=False)
-    except (OSError, TimeoutError) as error:
+        client = attempt.result(timeout=CONNECT_SECONDS + 5)
+    except (OSError, TimeoutError, Late) as error:
         raise ToksError(f"compute.address {scheduler}: no Dask scheduler answers there within {CONNECT_SECONDS} s "
                         f"({type(error).__name__}); start one, or set compute.address to \"\" to run here") from None
     with client:
