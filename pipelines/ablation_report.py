@@ -18,10 +18,10 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure, verdict_counts
 from toksel.claims.measurements import ablation_runs
 from toksel.claims.rebuttal import compare_with_tables
+from toksel.figures.plots import rebuttal_figure, save_figure
 from toksel.report import markdown
 from toksel.report.comparison import variants_comparison
 from toksel.report.document import Row, markdown_table, publish_summary
-from toksel.report.plots import rebuttal_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.io import read_json, require_output, write_csv, write_json

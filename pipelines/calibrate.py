@@ -39,7 +39,7 @@ from toksel.claims.catalogue import BY_ID, in_scope
 from toksel.claims.measurements import dataset_runs
 from toksel.data.draws import MANIFEST, data_dir
 from toksel.data.token_table import read_token_table
-from toksel.report.plots import calibration_figure, save_figure
+from toksel.figures.plots import calibration_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config, dataset_configs
 from toksel.runtime.fanout import map_units

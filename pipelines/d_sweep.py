@@ -24,7 +24,7 @@ import pandas as pd
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
-from toksel.report.plots import d_sweep_figure, save_figure
+from toksel.figures.plots import d_sweep_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.fanout import map_units

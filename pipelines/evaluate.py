@@ -16,9 +16,7 @@ from toksel.claims.catalogue import BY_ID, assess, claim_metrics, verdict_counts
 from toksel.claims.measurements import dataset_measurements, dataset_runs, mean_over_seeds
 from toksel.data.draws import data_dir
 from toksel.data.token_table import TokenTable, read_token_table
-from toksel.report.document import Row, markdown_table, publish_summary
-from toksel.report.markdown import number
-from toksel.report.plots import (
+from toksel.figures.plots import (
     gradient_flow_figure,
     multiclass_one_step_figure,
     multiclass_token_scores_figure,
@@ -26,6 +24,8 @@ from toksel.report.plots import (
     save_figure,
     token_scores_figure,
 )
+from toksel.report.document import Row, markdown_table, publish_summary
+from toksel.report.markdown import number
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.io import read_json, read_npz, require_output, write_csv, write_json

@@ -25,9 +25,9 @@ from toksel.claims.catalogue import BY_ID, Measurement, measure
 from toksel.claims.verdict import seed_interval
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
+from toksel.figures.plots import phase_heatmap, power_law_figure, save_figure
 from toksel.report import markdown
 from toksel.report.document import publish_summary
-from toksel.report.plots import phase_heatmap, power_law_figure, save_figure
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.errors import ToksError

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.ledger import CHANGED
+from toksel.figures.plots import save_figure
 from toksel.report.changes import read_ledger, shown
 from toksel.report.counting import under_control
 from toksel.report.document import (
@@ -40,7 +41,6 @@ from toksel.report.document import (
 )
 from toksel.report.forest import verdicts_figure
 from toksel.report.header import header
-from toksel.report.plots import save_figure
 from toksel.report.readings import all_shown, readings_html, readings_markdown
 from toksel.report.training_runs import (
     CONVERGENCE_HEADER,

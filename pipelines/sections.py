@@ -1,8 +1,9 @@
-"""What each stage reads of the settings: whole sections, or single keys of them ("base.seeds").
+"""What each stage reads of the settings: whole sections, or single keys of them ("base.seeds"), as they are for
+its dataset (the shared sections completed by its entry of `datasets`, then its command line).
 
-A stage logs these as its run's parameters and hashes them; check_params writes them, resolved for each stage of
-dvc.yaml (its dataset's overrides and its command line applied), to the settings file that is the stage's DVC
-dependency on the parameters: a stage reruns when a value it reads changes, and only then.
+A stage logs these as its run's parameters (MLflow shows them) and tags its run with their digest. What reruns a
+stage is DVC's: the keys dvc.yaml lists under the stage's `params:`, which hold these and those of the stages it
+reads from (tests/test_stage_deps.py checks that they do).
 """
 
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -23,10 +24,4 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "calibrate": ("base.seeds", "train", "calibration", "report", "evaluate", "ablation"),
     "report": ("profile", "base.seeds", "train.datasets", "train.seeds", "report", "evaluate", "ablation", "phase",
                "d_sweep", "sequence.scale", "sequence.cpu", "sequence.paper"),
-}
-
-# What a stage that runs on every dataset reads of each dataset's own regime, resolved as that dataset's stages
-# read it (its entry's overrides applied): a shared value that every dataset's entry overrides reruns nothing.
-PER_DATASET_SECTIONS: dict[str, tuple[str, ...]] = {
-    "calibrate": ("data", "model", "one_step", "gradient_flow"),
 }

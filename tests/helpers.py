@@ -115,6 +115,30 @@ def stages_stale(project: Path) -> list[str]:
     return sorted(short_stage(name) for name in json.loads(dvc(project, "status", "--json")))
 
 
+def dataset_entry(like: str = "synthetic", **sections: dict) -> dict:
+    """An entry of `datasets`: the repository's entry `like`, with `sections`' values merged in (each key of a
+    section replaced, the others kept), as a test's own dataset needs every value of its own."""
+    from omegaconf import OmegaConf
+
+    entry = OmegaConf.load(ROOT / "params.yaml").datasets[like]
+    return OmegaConf.to_container(OmegaConf.merge(entry, sections))
+
+
+def with_values(params, assignments: list[str]):
+    """params.yaml's tree with `key=value` assignments made where the values live: a dataset's own key (one_step.eta0,
+    data.synthetic.n_train) in every entry of `datasets` that has it, any other at the top level."""
+    from omegaconf import OmegaConf
+
+    for assignment in assignments:
+        key, value = assignment.split("=", 1)
+        parsed = OmegaConf.from_dotlist([f"v={value}"]).v
+        entries = [entry for entry in params.datasets.values()
+                   if OmegaConf.select(entry, key, default="<absent>") != "<absent>"]
+        for entry in entries or [params]:
+            OmegaConf.update(entry, key, parsed, merge=False)
+    return params
+
+
 def tiny_dvc_project(folder: Path) -> Path:
     """A copy of the project (code, dvc.yaml, a tiny params.yaml with the synthetic dataset alone) in `folder`, a
     fresh git repository with DVC initialised, for `dvc repro` through the real DAG."""
@@ -130,8 +154,9 @@ def tiny_dvc_project(folder: Path) -> Path:
                      "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
                      "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.max_replicates=4",
                      "calibration.max_costly_replicates=2"]
-    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist([*TINY, *tiny_training]))
+    params = OmegaConf.load(ROOT / "params.yaml")
     params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
+    params = with_values(params, [*TINY, *tiny_training])
     OmegaConf.save(params, folder / "params.yaml")
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
     dvc(folder, "init", "-q")

@@ -95,7 +95,6 @@ def test_the_interruption_check_compares_every_number_but_the_timings(tmp_path):
     (tmp_path / "results" / "stage").mkdir(parents=True)
     record = {"slope": 0.5, "seconds": 3.0, "seed0": {"loss": float("nan"), "curve": [1, 2]}, "name": "x"}
     (tmp_path / "results" / "stage" / "metrics.json").write_text(json.dumps(record))
-    (tmp_path / "results" / "stage" / ".digests.json").write_text(json.dumps({"metrics.json": [1, "ab"]}))
     found = metrics(tmp_path)
     assert set(found) == {f"results/stage/metrics.json.{key}" for key in ("slope", "seed0.loss", "seed0.curve[0]",
                                                                             "seed0.curve[1]")}

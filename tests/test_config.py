@@ -1,14 +1,13 @@
 import dataclasses
-import json
 import re
-import shutil
+import typing
 
 import pytest
 import yaml
 from omegaconf import MISSING, OmegaConf
 
-from pipelines import check_params, one_step, prepare
-from tests.helpers import ROOT
+from pipelines import one_step, prepare
+from tests.helpers import ROOT, dataset_entry
 from toksel.runtime.config import Config, load_config, params_hash
 from toksel.runtime.errors import ToksError
 
@@ -68,50 +67,29 @@ def test_stage_missing_its_input_exits_2_naming_the_stage_to_run(project, capsys
     assert len(error) == 1 and "run the prepare@synthetic stage first" in error[0]
 
 
-def test_each_stage_depends_on_the_settings_check_params_writes_for_it(project):
-    """A stage's DVC dependency on the parameters is its settings file: the values it reads, resolved for it."""
-    commands = check_params.stage_commands(ROOT)
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for name, stage in stages.items():
-        if name in ("check_params", "publish"):
-            continue
-        body = stage.get("do", stage)
-        assert not body.get("params"), name  # no section listed whole: DVC would rerun on a value it does not read
-        assert any(str(dep).startswith(f"results/check_params/settings/{name}") for dep in body["deps"]), name
-    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
-    assert check_params.write_settings(commands) == len(commands) - 2  # all but check_params and publish
-    settings = project / "results" / "check_params" / "settings"
-    assert json.loads((settings / "one_step@imdb.json").read_text())["model"]["d"] == 2048  # imdb's own d
-    assert json.loads((settings / "ablation@yelp_polarity-two_layer.json").read_text())["sequence"]["variant"] == \
-        "two_layer"  # its command line
-
-
 def test_help_lists_the_stage_keys_with_their_values(project, capsys):
     assert one_step.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "one_step.eta0=100.0" in out and "model.d=1024" in out and "gradient_flow." not in out
 
 
-def test_a_dataset_entry_overrides_the_shared_sections_and_the_command_line_overrides_both():
+def test_a_dataset_entry_completes_the_shared_sections_and_the_command_line_overrides_both():
     imdb = load_config(["dataset=imdb"], ROOT / "params.yaml")
     assert imdb.dataset == "imdb" and imdb.data.source == "hub" and imdb.model.d == 2048
-    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.agreement == 0.02  # shared default
+    assert imdb.gradient_flow.max_margin is False and imdb.gradient_flow.agreement == 0.02  # its own, and shared
     assert load_config(["dataset=imdb", "model.d=64"], ROOT / "params.yaml").model.d == 64
-    assert load_config(path=ROOT / "params.yaml").model.d == 1024  # synthetic keeps the shared value
+    assert load_config(path=ROOT / "params.yaml").model.d == 1024  # synthetic's own
 
 
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"data": {"min_cont": 3}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
-         "unknown key 'datasets.extra.data.min_cont'"),
-        ({"data": {}, "model": {"d": -1}, "one_step": {}, "gradient_flow": {}, "train": {}},
-         "datasets.extra.model.d = -1 is out of range"),
+        (dataset_entry(data={"min_cont": 3}), "unknown key 'datasets.extra.data.min_cont'"),
+        (dataset_entry(model={"d": -1}), "datasets.extra.model.d = -1 is out of range"),
         ({"data": {}, "model": {}}, "datasets.extra lacks the sections one_step, gradient_flow"),
-        ({"data": {"source": "hub"}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
-         "datasets.extra.data.hub_id is empty"),
-        ({"data": {"source": "file"}, "model": {}, "one_step": {}, "gradient_flow": {}, "train": {}},
-         "datasets.extra.data.path is empty"),
+        (dataset_entry(data={"source": "hub"}), "datasets.extra.data.hub_id is empty"),
+        (dataset_entry(data={"source": "file"}), "datasets.extra.data.path is empty"),
+        ({**dataset_entry(), "one_step": {}}, "datasets.extra.one_step.eta0 has no value"),
     ],
 )
 def test_every_dataset_entry_is_validated_even_when_another_runs(tmp_path, entry, message):
@@ -125,19 +103,27 @@ def test_every_dataset_entry_is_validated_even_when_another_runs(tmp_path, entry
 RUN_KEYS = {"dataset", "seed"}  # chosen per run on the command line (dvc.yaml's cmd), not settings
 
 
-def _schema_keys(node, prefix=""):
+def _schema_keys(cls, prefix=""):
+    """Every leaf key of the schema, a section that may be absent (data.synthetic: Optional) opened too."""
     keys = set()
-    for spec in dataclasses.fields(node):
-        value, key = getattr(node, spec.name), prefix + spec.name
-        keys |= _schema_keys(value, f"{key}.") if dataclasses.is_dataclass(value) else {key}
+    for name, kind in typing.get_type_hints(cls).items():
+        nested = next((arg for arg in (kind, *typing.get_args(kind)) if dataclasses.is_dataclass(arg)), None)
+        keys |= _schema_keys(nested, f"{prefix}{name}.") if nested else {prefix + name}
     return keys
 
 
 def _params_keys(tree, prefix=""):
+    """Every leaf key params.yaml writes: the shared sections' and, for `datasets`, each entry's as if shared."""
     keys = set()
     for key, value in tree.items():
-        nested = isinstance(value, dict) and key != "datasets"  # datasets: named entries, each checked at load
-        keys |= _params_keys(value, f"{prefix}{key}.") if nested else {prefix + key}
+        if key == "datasets" and not prefix:
+            keys.add(key)
+            for entry in value.values():
+                keys |= _params_keys(entry)
+        elif isinstance(value, dict) and value:
+            keys |= _params_keys(value, f"{prefix}{key}.")
+        elif not isinstance(value, dict):
+            keys.add(prefix + key)
     return keys
 
 
@@ -159,13 +145,18 @@ def _defaults_in_schema(cls, prefix=""):
     return found
 
 
+ABSENT = {"data.synthetic": None}  # a dataset of another source has no generator: absence, not a value
+
+
 def test_every_default_has_one_home_params_yaml():
     """The schema holds types, bounds and help; a value written there as well as in params.yaml could disagree
-    (as ablation.datasets once did): only the run keys, set per run, have a default in the code."""
-    assert set(_defaults_in_schema(Config)) == RUN_KEYS
+    (as ablation.datasets once did): only the run keys, set per run, have a default in the code, and the
+    generator's section is absent unless a dataset gives it."""
+    defaults = _defaults_in_schema(Config)
+    assert set(defaults) == RUN_KEYS | set(ABSENT) and all(defaults[key] is None for key in ABSENT)
 
 
 def test_every_setting_lives_in_params_yaml_and_every_key_there_in_the_schema():
     """No setting hides as a dataclass default that DVC cannot see, and params.yaml holds nothing the schema lacks."""
     in_params = _params_keys(yaml.safe_load((ROOT / "params.yaml").read_text()))
-    assert _schema_keys(Config()) - RUN_KEYS == in_params
+    assert _schema_keys(Config) - RUN_KEYS == in_params

@@ -26,7 +26,7 @@ from pipelines import (
     report,
     train,
 )
-from tests.helpers import ROOT, TINY, throwaway_project
+from tests.helpers import ROOT, TINY, dataset_entry, throwaway_project, with_values
 from toksel.claims.catalogue import BY_ID, assess, measure
 from toksel.data.corpus import PackedSplit
 from toksel.report.document import read_measurements
@@ -74,13 +74,14 @@ def controlled(tmp_path_factory):
     (project / "mirror" / "graded").mkdir(parents=True)
     graded_reviews(2000, rng).to_parquet(project / "mirror" / "graded" / "train.parquet")
     graded_reviews(8000, rng).to_parquet(project / "mirror" / "graded" / "test.parquet")
-    params = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.from_dotlist(SHARED))
-    params.datasets = {"synthetic": params.datasets.synthetic, "graded": {
-        "data": {"source": "hub", "hub_id": "example/graded"}, "model": {"d": 64}, "one_step": {"eta0": 100.0},
-        "gradient_flow": {"horizon": 2000.0, "max_margin": False}, "train": {}}, "wide": {
-        "data": {"synthetic": {"n_positive": 6, "n_negative": 6, "n_irrelevant": 40, "seq_len": 8, "n_train": 160,
-                               "n_test": 80}}, "model": {"d": 256}, "one_step": {"eta0": 40.0},
-        "gradient_flow": {"horizon": 1.0e8}, "train": {}}}
+    params = OmegaConf.load(ROOT / "params.yaml")
+    params.datasets = {"synthetic": params.datasets.synthetic, "graded": dataset_entry(
+        data={"source": "hub", "hub_id": "example/graded"}, model={"d": 64}, one_step={"eta0": 100.0},
+        gradient_flow={"horizon": 2000.0, "max_margin": False}), "wide": dataset_entry(
+        data={"synthetic": {"n_positive": 6, "n_negative": 6, "n_irrelevant": 40, "seq_len": 8, "n_train": 160,
+                            "n_test": 80}}, model={"d": 256}, one_step={"eta0": 40.0},
+        gradient_flow={"horizon": 1.0e8})}
+    params = with_values(params, SHARED)
     OmegaConf.save(params, project / "params.yaml")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(project)

@@ -112,7 +112,7 @@ def test_a_stopped_stage_stops_the_seeds_it_fanned_out(prepared):
     workers = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 128 + signal.SIGTERM
-    assert process.stderr.read().strip().splitlines() == ["train: stopped by SIGTERM: its old outputs are kept"]
+    assert process.stderr.read().strip().splitlines() == ["train: stopped by SIGTERM: it wrote nothing"]
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive
     assert not (prepared / "results" / "train").exists()

@@ -102,7 +102,7 @@ def test_a_stopped_stage_keeps_its_old_outputs_and_records_and_says_so_in_one_li
     process.send_signal(signum)
     assert process.wait(timeout=60) == 128 + signum
     error = process.stderr.read().strip().splitlines()
-    assert error == [f"{stage}: stopped by {signal.Signals(signum).name}: its old outputs are kept"]
+    assert error == [f"{stage}: stopped by {signal.Signals(signum).name}: it wrote nothing"]
     assert {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()} == before
 
 

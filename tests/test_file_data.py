@@ -2,7 +2,6 @@
 its bad input (one line, exit 2), its MLflow input, and DVC rerunning its stages when the file changes."""
 
 import json
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -10,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipelines import check_params, evaluate, gradient_flow, one_step, prepare
-from tests.helpers import ROOT, dvc, stages_run
+from tests.helpers import ROOT, dataset_entry, dvc, stages_run
 from toksel.data.sources import load_text_splits
 from toksel.runtime.cli import RunNaming
 from toksel.runtime.config import load_config
@@ -30,9 +29,9 @@ def reviews(n: int = 30) -> pd.DataFrame:
 def add_file_dataset(project, name="mine", **data) -> None:
     """An entry of `datasets` in the project's params.yaml for a file dataset of columns review and stars."""
     params = OmegaConf.load(project / "params.yaml")
-    params.datasets[name] = {"data": {"source": "file", "path": "data/own/reviews.csv", "text_column": "review",
-                                      "label_column": "stars", **data},
-                             "model": {"d": 64}, "one_step": {}, "gradient_flow": {"max_margin": False}, "train": {}}
+    params.datasets[name] = dataset_entry(
+        data={"source": "file", "path": "data/own/reviews.csv", "text_column": "review", "label_column": "stars",
+              **data}, model={"d": 64}, gradient_flow={"max_margin": False})
     OmegaConf.save(params, project / "params.yaml")
 
 
@@ -150,7 +149,7 @@ BAD_INPUT = {
     "a path out of the project": ({"path": "../reviews.csv"}, None, "must lie in the project's data/own/ folder"),
     "an absolute path": ({"path": "/tmp/reviews.csv"}, None, "must lie in the project's data/own/ folder"),
     "a path out of data/own": ({"path": "data/own/../reviews.csv"}, None, "must lie in the project's data/own/"),
-    "no path": ({"path": ""}, None, "datasets.mine.data.path is empty: a file dataset needs its file"),
+    "no path": ({"path": ""}, None, "data.path is empty: a file dataset needs its file"),
     "a test file of another format": ({"test_path": "data/own/test.xlsx"}, None, "data.test_path = "),
     "a missing column": ({"label_column": "rating"}, None,
                          "mine (data/own/reviews.csv) has no column rating (it has review, stars, extra)"),
@@ -198,29 +197,12 @@ def test_a_link_out_of_data_own_is_refused(own_project, capsys, tmp_path):
     assert len(error) == 1 and "is a link to a file outside data/own/" in error[0], error
 
 
-def test_check_params_refuses_a_file_dataset_without_a_path_and_records_the_files_digest(own_project, capsys):
-    assert check_params.write_settings({"prepare@mine": "python -m pipelines.prepare dataset=mine",
-                                        "one_step@mine": "python -m pipelines.one_step dataset=mine"}) == 2
-    settings = own_project / "results" / "check_params" / "settings"
-    digests = json.loads((settings / "prepare@mine.json").read_text())["data_files"]
-    assert list(digests) == ["data/own/reviews.csv"] and len(digests["data/own/reviews.csv"]) == 64
-    assert "data_files" not in json.loads((settings / "one_step@mine.json").read_text())  # it follows prepare
+def test_check_params_refuses_a_file_dataset_without_a_path(own_project, capsys):
     add_file_dataset(own_project, source="file", path="")
     assert check_params.main([]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert error == ["check_params: config error: datasets.mine.data.path is empty: a file dataset needs its file "
                      "(CSV, JSON Lines or Parquet under data/own/)"]
-
-
-def test_check_params_finds_the_pipelines_stages_beside_a_file_dvc_tracks(tmp_path):
-    for name in ("dvc.yaml", "params.yaml"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    dvc(tmp_path, "init", "--no-scm", "-q")
-    (tmp_path / "data" / "own").mkdir(parents=True)
-    reviews().to_csv(tmp_path / "data" / "own" / "reviews.csv", index=False)
-    dvc(tmp_path, "add", "-q", "data/own/reviews.csv")  # a stage of its own, with no name or command
-    commands = check_params.stage_commands(tmp_path)
-    assert commands["prepare@imdb"] == "python -m pipelines.prepare dataset=imdb" and "check_params" in commands
 
 
 @pytest.mark.slow
@@ -233,13 +215,18 @@ def test_dvc_reruns_a_file_datasets_stages_when_its_file_changes_and_only_then(d
     targets = ["prepare@mine", "prepare@synthetic"]
     assert sorted(stages_run(dvc(dvc_project, "repro", *targets))) == ["check_params", "prepare", "prepare@mine"]
     assert stages_run(dvc(dvc_project, "repro", *targets)) == []
+    # Every prepare depends on the folder: a file there reruns them all, and the datasets that do not read it
+    # prepare the same bytes, so nothing after their prepare would rerun.
+    synthetic = dvc_project / "data" / "processed" / "synthetic"
+    before = {path: path.read_bytes() for path in synthetic.rglob("*") if path.is_file()}
     (own / "notes.txt").write_text("a file no dataset reads\n")
-    assert stages_run(dvc(dvc_project, "repro", *targets)) == ["check_params"]  # no dataset's settings moved
+    assert sorted(stages_run(dvc(dvc_project, "repro", *targets))) == ["check_params", "prepare", "prepare@mine"]
+    assert {path: path.read_bytes() for path in synthetic.rglob("*") if path.is_file()} == before
     reviews(36).to_csv(own / "reviews.csv", index=False)
-    assert stages_run(dvc(dvc_project, "repro", *targets)) == ["check_params", "prepare@mine"]
+    assert sorted(stages_run(dvc(dvc_project, "repro", *targets))) == ["check_params", "prepare", "prepare@mine"]
     metrics = json.loads((dvc_project / "results" / "prepare" / "mine" / "metrics.json").read_text())["seed0"]
     assert metrics["n_train"] + metrics["n_test"] == 36
 
 
 def test_the_repository_keeps_the_folder_of_own_files():
-    assert (ROOT / "data" / "own" / "README.md").is_file()  # dvc.yaml's check_params depends on the folder
+    assert (ROOT / "data" / "own" / "README.md").is_file()  # dvc.yaml's prepare stages depend on the folder

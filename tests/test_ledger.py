@@ -194,12 +194,18 @@ def test_a_setting_is_followed_at_the_top_level_and_in_each_dataset_override(rep
     change = commit(repo, "a longer flow on a")
     claim = dataclasses.replace(CLAIMS[0], settings=("gradient_flow.horizon",))
     parts = {record["component"]: record for record in build_ledger(repo, [claim]).records}
-    assert parts["gradient_flow.horizon"]["value"] == 100.0
-    assert parts["gradient_flow.horizon"]["reason"] == "the flow time"
+    # Followed per dataset, as each one's stages read it: a's own value, b's the shared one.
+    assert "gradient_flow.horizon" not in parts
     override = parts["datasets.a.gradient_flow.horizon"]
     assert (override["value"], override["previous"], override["set_in"]) == (6.0, 5.0, change)
     assert override["reason"] == "a stiff one: steps of about 1"
-    assert "datasets.b.gradient_flow.horizon" not in parts  # b never overrode it
+    assert parts["datasets.b.gradient_flow.horizon"]["value"] == 100.0
+    # A value moved from the shared section into b's entry is the same rule: nothing changed for b.
+    (repo / "params.yaml").write_text((repo / "params.yaml").read_text().replace(
+        "    gradient_flow: {}\n", "    gradient_flow: {horizon: 100.0}\n"))
+    commit(repo, "b's horizon written in its entry")
+    moved = {record["component"]: record for record in build_ledger(repo, [claim]).records}
+    assert moved["datasets.b.gradient_flow.horizon"]["set_in"] == parts["datasets.b.gradient_flow.horizon"]["set_in"]
     assert parts[THRESHOLD_VALUE]["value"] == NOT_SET  # evaluate.min_pearson_r is not in this params.yaml
 
 

@@ -1,12 +1,24 @@
-"""Every stage's DVC deps are the files it imports (tools/stage_deps.py computes them from the import graph), so
-that editing any of them marks the stage changed, and a file left out or a new import is caught."""
+"""dvc.yaml, written by hand, against the code and the settings: every stage depends on the code it computes with
+(a file or folder of its deps holds each module it imports, plumbing aside) and lists under `params:` every value
+it reads and every value of the stages whose outputs it reads, so that `dvc status` and `dvc exp run --dry` name
+each stage a change reaches before anything runs. A compute stage depends on no plumbing, view or rendering code."""
 
 import grimp
 import pytest
 import yaml
+from dvc.repo import Repo
+from dvc.stage import PipelineStage
 
+from pipelines.sections import STAGE_SECTIONS
 from tests.helpers import ROOT
-from tools import stage_deps
+from toksel.runtime.config import DATASET_SECTIONS
+
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())  # its top-level sections: the shared values
+
+# Code that moves values and files and computes no number: no compute stage depends on it (publish does).
+PLUMBING = ("toksel.runtime", "toksel.tracking", "pipelines.sections")
+COMPUTE = ("prepare", "one_step", "gradient_flow", "train", "ablation", "phase", "d_sweep", "calibrate")
+NOT_FOR_COMPUTE = ("src/toksel/runtime", "src/toksel/tracking", "src/toksel/report", "src/toksel/publish.py")
 
 
 @pytest.fixture(scope="module")
@@ -14,26 +26,98 @@ def graph():
     return grimp.build_graph("toksel", "pipelines")
 
 
-def test_every_stage_depends_on_exactly_the_files_it_imports(capsys):
-    assert stage_deps.main(["--check"]) == 0, capsys.readouterr().out
+@pytest.fixture(scope="module")
+def stages():
+    """Every stage of dvc.yaml as DVC resolves it (one_step@imdb, ablation@yelp_polarity-mlp)."""
+    with Repo(str(ROOT)) as repo:
+        return {stage.name: stage for stage in repo.index.stages if isinstance(stage, PipelineStage)}
 
 
-def test_a_dependency_left_out_or_a_new_import_is_found(graph):
-    body = stage_deps.stage_bodies(yaml.safe_load((ROOT / "dvc.yaml").read_text()))["gradient_flow"]
-    assert stage_deps.computed_deps(graph, body) == body["deps"]
-    shortened = {**body, "deps": [dep for dep in body["deps"] if dep != "src/toksel/runtime/config.py"]}
-    assert "src/toksel/runtime/config.py" in stage_deps.computed_deps(graph, shortened)
-    # Indirect imports count: the gradient-flow loop comes in through theory/convergence.py.
-    assert "src/toksel/theory/gradient_flow.py" in stage_deps.imported_files(graph, "pipelines.gradient_flow")
-    assert "data/processed/${key}" in body["deps"]  # the data deps are kept as they are
+def _paths(stage, kind: str) -> list[str]:
+    return [str(item.def_path) for item in getattr(stage, kind)]
 
 
-def test_no_compute_stage_depends_on_the_mlflow_view_or_report_rendering(graph):
-    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    assert stage_deps.views_in_compute(dvc) == []
-    assert "src/toksel/runtime/progress.py" not in stage_deps.imported_files(graph, "pipelines.gradient_flow")
-    # An import of the report's rendering from a compute stage is found.
-    graph.add_import(importer="pipelines.one_step", imported="toksel.report.document")
-    bodies = stage_deps.stage_bodies(dvc)
-    bodies["one_step"]["deps"] = stage_deps.computed_deps(graph, bodies["one_step"])
-    assert "one_step: src/toksel/report/document.py" in stage_deps.views_in_compute(dvc)
+def _module_file(module: str) -> str:
+    parts = module.split(".")
+    return "/".join(["src", *parts] if parts[0] == "toksel" else parts)
+
+
+def uncovered_imports(graph, stage) -> list[str]:
+    """The modules the stage's command imports (directly or not) that no dep of it holds, plumbing aside."""
+    module = stage.cmd.split()[2]
+    deps = [path.rstrip("/") for path in _paths(stage, "deps")]
+    imported = ({module} | graph.find_upstream_modules(module)) - {"toksel", "pipelines"}
+    return sorted(name for name in imported if not name.startswith(PLUMBING) and not any(
+        _module_file(name) == dep.removesuffix(".py") or _module_file(name).startswith(f"{dep}/") for dep in deps))
+
+
+def _keys(stage) -> set[str]:
+    return {key for dep in stage.deps if hasattr(dep, "params") for key in dep.params}
+
+
+def covered(key: str, keys: set[str]) -> bool:
+    """Whether `key` (base.seeds, datasets.imdb.model) lies within a listed key (base, datasets), or is whole
+    params.yaml."""
+    return any(key == listed or key.startswith(f"{listed}.") for listed in keys)
+
+
+def unread_keys(stage, keys: set[str]) -> list[str]:
+    """What the stage reads (pipelines/sections.py) that its params leave out: the shared section's value, and its
+    dataset's own (datasets.<name>.<section>) where the section is one an entry holds. A key its command line sets
+    (phase's model.d) is the command's."""
+    name = stage.name.split("@")[0]
+    args = dict(arg.split("=", 1) for arg in stage.cmd.split() if "=" in arg)
+    dataset = args.get("dataset")
+    missing = []
+    for read in STAGE_SECTIONS.get(name, ()):
+        section = read.split(".")[0]
+        if any(covered(arg, {read}) or covered(read, {arg}) for arg in args if arg != "dataset"):
+            continue
+        shared = section in PARAMS and not covered(read, keys)
+        own = (section in DATASET_SECTIONS and dataset is not None
+               and not covered(f"datasets.{dataset}.{section}", keys))
+        if shared or own:
+            missing.append(read)
+    return missing
+
+
+def test_every_stage_depends_on_the_code_it_imports(graph, stages):
+    assert len(stages) > 30
+    assert {name: uncovered_imports(graph, stage) for name, stage in stages.items()
+            if uncovered_imports(graph, stage)} == {}
+
+
+def test_no_compute_stage_depends_on_plumbing_views_or_rendering(stages):
+    found = [f"{name}: {path}" for name, stage in stages.items() if name.split("@")[0] in COMPUTE
+             for path in _paths(stage, "deps") if path.startswith(NOT_FOR_COMPUTE)]
+    assert found == []
+
+
+def missing_lineage(stages: dict, name: str, keys: set[str]) -> list[str]:
+    """`<stage>: <key>` for each value of a stage whose outputs `name` reads that `keys` leave out."""
+    made_by = {path: source for source, stage in stages.items() for path in _paths(stage, "outs")}
+    upstream = {made_by[out] for path in _paths(stages[name], "deps") for out in made_by
+                if out == path or out.startswith(f"{path}/")}
+    return sorted(f"{source}: {key}" for source in upstream for key in _keys(stages[source]) if not covered(key, keys))
+
+
+def test_every_stage_lists_what_it_reads_and_what_its_inputs_were_made_with(stages):
+    for name, stage in stages.items():
+        keys = _keys(stage)
+        if "" in keys or name.startswith(("check_params", "ledger")):
+            continue  # params.yaml whole; the ledger reads git's history and always runs
+        assert unread_keys(stage, keys) == [], name
+        assert missing_lineage(stages, name, keys) == [], name
+
+
+def test_the_checks_find_what_they_look_for(graph, stages):
+    """Each check could fail: an import no dep holds, a value read and not listed, an upstream value left out."""
+    flow = stages["gradient_flow@imdb"]
+    graph.add_import(importer="pipelines.gradient_flow", imported="toksel.training.fit")
+    assert "toksel.training.fit" in uncovered_imports(graph, flow)
+    assert "toksel.runtime.config" not in uncovered_imports(graph, flow)  # plumbing
+    without = {key for key in _keys(flow) if key != "datasets.imdb.gradient_flow"}
+    assert unread_keys(flow, without) == ["gradient_flow"]
+    assert not covered("datasets.imdb.one_step", {"datasets.imdb.data", "one_step"})
+    without = {key for key in _keys(flow) if key != "datasets.imdb.one_step"}
+    assert missing_lineage(stages, "gradient_flow@imdb", without) == ["one_step@imdb: datasets.imdb.one_step"]

@@ -384,16 +384,31 @@ def lookup(params: Any, key: str) -> Any:
 
 
 def _setting_keys(key: str, snapshots: Sequence[Snapshot]) -> list[str]:
-    """A setting's key and each dataset's override of it (datasets.<name>.<key>), where any snapshot has one."""
+    """A setting's key, or, where any snapshot's dataset entry sets it, every dataset's (datasets.<name>.<key>)."""
     if key.startswith("datasets."):
         return [key]
     names: dict[str, None] = {}
+    own = False
     for snapshot in snapshots:
         datasets = snapshot.params.get("datasets") if isinstance(snapshot.params, dict) else None
         for name in datasets if isinstance(datasets, dict) else ():
-            if lookup(snapshot.params, f"datasets.{name}.{key}") not in (NOT_SET, UNREADABLE):
-                names[str(name)] = None
-    return [key, *(f"datasets.{name}.{key}" for name in names)]
+            names[str(name)] = None
+            own = own or lookup(snapshot.params, f"datasets.{name}.{key}") not in (NOT_SET, UNREADABLE)
+    return [f"datasets.{name}.{key}" for name in names] if own else [key]
+
+
+def effective(params: Any, key: str) -> Any:
+    """The value a dataset's stages read: datasets.<name>.<key> as its entry sets it, else the shared <key> (NOT_SET
+    where that dataset has no entry, though others do). A value moved between the two is the same rule."""
+    parts = key.split(".")
+    if parts[0] != "datasets" or len(parts) < 3:
+        return lookup(params, key)
+    if lookup(params, "datasets") is NOT_SET:  # before there were entries, the one set of values was every run's
+        return lookup(params, ".".join(parts[2:]))
+    if lookup(params, ".".join(parts[:2])) in (NOT_SET, UNREADABLE):
+        return lookup(params, ".".join(parts[:2]))
+    own = lookup(params, key)
+    return own if own is not NOT_SET else lookup(params, ".".join(parts[2:]))
 
 
 Reader = Callable[[Snapshot], Any]
@@ -423,7 +438,7 @@ def _components(claim: Claim, snapshots: Sequence[Snapshot],
         return lookup(snapshot.params, threshold)
 
     def setting_reader(key: str) -> Reader:
-        return lambda snapshot: lookup(snapshot.params, key)
+        return lambda snapshot: effective(snapshot.params, key)
 
     components = [(spec.name, field_reader(spec), claim.measures if spec.name == "statistic" else "")
                   for spec in rule_fields(claim)]

@@ -100,7 +100,7 @@ def _classes_path(path: Path) -> Path:
 
 def write_token_table(path: Path, table: TokenTable) -> None:
     write_csv(path, table.frame, float_format="%.17g")  # alpha exactly, so alpha == 0 survives the round trip
-    write_json(_classes_path(path), {"num_classes": table.num_classes})
+    write_json(_classes_path(path), {"num_classes": table.num_classes, "tokens": len(table.frame)})
 
 
 def read_token_table(path: Path) -> TokenTable:
@@ -114,4 +114,7 @@ def read_token_table(path: Path) -> TokenTable:
     declared = read_json(_classes_path(path), producer="prepare")
     if not isinstance(declared, dict) or not isinstance(declared.get("num_classes"), int):
         raise damaged(_classes_path(path), KeyError("num_classes"), "prepare")
+    if declared.get("tokens", len(frame)) != len(frame):  # a table cut or edited after prepare wrote it
+        raise damaged(path, ValueError(), "prepare", f"{len(frame):,} tokens where {_classes_path(path).name} "
+                                                     f"declares {declared['tokens']:,}")
     return TokenTable(frame, declared["num_classes"])

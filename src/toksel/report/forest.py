@@ -1,6 +1,6 @@
 """The report's forest plot (verdicts.png): every claim's interval and its control's against its threshold.
 
-The report alone draws it: kept apart from toksel.report.plots, whose figures the training stages draw too, so
+The report alone draws it: kept apart from toksel.figures.plots, whose figures the training stages draw too, so
 that an edit to it reruns the report only.
 """
 

@@ -221,9 +221,7 @@ def dataset_rows(configs: Mapping[str, Config], root: Path = Path("results")) ->
     lines = []
     for name, config in configs.items():
         data = config.data
-        source = {"hub": data.hub_id, "file": f"file {data.path}"}.get(data.source,
-                                                                       f"synthetic ({data.synthetic.mode})")
-        lines.append([name, source, str(data.num_classes), str(config.model.d), *prepared_rows(name, root),
+        lines.append([name, data.origin, str(data.num_classes), str(config.model.d), *prepared_rows(name, root),
                       what_varies(data)])
     return lines
 

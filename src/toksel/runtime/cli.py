@@ -90,7 +90,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the one that
 
 @contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGTERM and SIGINT raise Terminated, so the stage closes its runs as KILLED and keeps its old outputs."""
+    """SIGTERM and SIGINT raise Terminated, so the stage closes its runs as KILLED and writes nothing."""
     def stop(signum: int, frame: object) -> None:
         raise Terminated(signum)
 
@@ -150,8 +150,7 @@ class RunNaming:
             # settings and, for a file dataset, of its files (an edited file is another dataset)
             data = config.data
             files = file_digests(data.files)
-            source = {"hub": data.hub_id, "file": ", ".join(files),
-                      "synthetic": f"synthetic ({data.synthetic.mode})"}[data.source]
+            source = ", ".join(files) if data.source == "file" else data.origin
             digest = params_hash({"data": config.sections(["data"]), **({"files": files} if files else {})})
             record.inputs.append({"name": config.dataset, "source": source, "digest": digest})
         return record
@@ -216,13 +215,13 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         print(f"{stage}: {error}", file=sys.stderr)
         return 2
     except Terminated as stopped:
-        print(f"{stage}: stopped by {signal.Signals(stopped.signum).name}: its old outputs are kept", file=sys.stderr)
+        print(f"{stage}: stopped by {signal.Signals(stopped.signum).name}: it wrote nothing", file=sys.stderr)
         return 128 + stopped.signum
     except OSError as error:
         if error.errno not in OUTPUT_ERRORS:
             raise
         where = f" ({error.filename})" if error.filename else ""
-        print(f"{stage}: cannot write its outputs{where}: {os.strerror(error.errno)}; the old outputs are kept",
+        print(f"{stage}: cannot write its outputs{where}: {os.strerror(error.errno)}; it wrote nothing",
               file=sys.stderr)
         return 2
     return 0

@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
@@ -103,7 +103,15 @@ class DataConfig:
                                    "row), each seed trains on its own bootstrap resample of it, so that the seeds "
                                    "vary the data")
     max_len: Optional[int] = bounded(ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    synthetic: Optional[SyntheticConfig] = bounded(  # noqa: UP045
+        None, help="source synthetic: the generator's mode and sizes (the dataset's own)")
+
+    @property
+    def origin(self) -> str:
+        """Where the data come from, in words: the Hub id, the file, or the generator's mode."""
+        if self.source == "synthetic":
+            return f"synthetic ({self.synthetic.mode})" if self.synthetic else "synthetic"
+        return self.hub_id if self.source == "hub" else f"file {self.path}"
 
     @property
     def files(self) -> list[Path]:
@@ -371,14 +379,16 @@ def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-def _check_ranges(node: Any, prefix: str) -> None:
+def _check_ranges(node: Any, prefix: str, shown: Callable[[str], str] = str) -> None:
+    """Each value within its bounds; an error names the key as `shown` writes it (where params.yaml holds it)."""
     for spec in dataclasses.fields(node):
         key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
         if spec.name == "datasets":
             continue
         if dataclasses.is_dataclass(value):
-            _check_ranges(value, f"{key}.")
+            _check_ranges(value, f"{key}.", shown)
             continue
+        key = shown(key)
         limits = spec.metadata
         if value is None:
             continue
@@ -394,6 +404,9 @@ def _check_ranges(node: Any, prefix: str) -> None:
 
 def _check_consistency(config: Config, prefix: str) -> None:
     data, synthetic = config.data, config.data.synthetic
+    if data.source == "synthetic" and synthetic is None:
+        raise ToksError(f"config error: {prefix}data.synthetic is missing: a synthetic dataset gives its generator's "
+                        "mode and sizes there")
     if data.source == "synthetic" and synthetic.mode == "assumption1" and (synthetic.n_train % 2 or
                                                                           synthetic.n_test % 2):
         raise ToksError(f"config error: {prefix}data.synthetic.n_train and n_test must be even in assumption1 "
@@ -564,9 +577,9 @@ def _schema() -> Any:
     return OmegaConf.structured(Config)
 
 
-def _resolve(layers: list[Any], prefix: str = "", dataset_applied: bool = True) -> Config:
-    """Merge the layers onto the schema and validate; errors name the key, after `prefix`. dataset_applied: the
-    layers include a dataset entry's, so `data` is that dataset's."""
+def _resolve(layers: list[Any], prefix: str = "", dataset: str | None = None) -> Config:
+    """Merge the layers (the shared sections, a dataset entry's, the command line) onto the schema and validate;
+    errors name the key, after `prefix`; a missing value of a dataset's own section, in `dataset`'s entry."""
     try:
         config = OmegaConf.to_object(OmegaConf.merge(_schema(), *layers))
     except OmegaConfBaseException as error:
@@ -574,13 +587,23 @@ def _resolve(layers: list[Any], prefix: str = "", dataset_applied: bool = True) 
         if isinstance(error, ConfigKeyError):
             raise ToksError(f"config error: unknown key {key!r} (check the spelling against params.yaml)") from None
         if isinstance(error, MissingMandatoryValue):
+            if dataset and key.split(".")[0] in DATASET_SECTIONS:
+                key = f"datasets.{dataset}.{key}"
             raise ToksError(f"config error: {key} has no value: params.yaml holds every setting (the code has no "
                             "defaults), so add it there") from None
         raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
-    _check_ranges(config, prefix)
+    # A value the dataset entry gives (and no later layer, the command line, replaces) is named as it is written.
+    entry, later = (layers[1], layers[2:]) if dataset and len(layers) > 1 else (None, [])
+
+    def shown(key: str) -> str:
+        given = entry is not None and OmegaConf.select(entry, key, default=None) is not None
+        replaced = any(OmegaConf.select(layer, key, default=None) is not None for layer in later)
+        return f"datasets.{dataset}.{key}" if given and not replaced else key
+
+    _check_ranges(config, prefix, shown)
     _check_consistency(config, prefix)
     data = config.data
-    if dataset_applied and data.source == "synthetic" and data.num_classes != 2:
+    if data.source == "synthetic" and data.num_classes != 2:
         raise ToksError(f"config error: {prefix}data.num_classes = {data.num_classes}: the synthetic generator draws "
                         "two classes (labels +1 and -1); K classes come from a text dataset")
     return config
@@ -635,13 +658,47 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
         command_line = OmegaConf.from_dotlist(list(overrides))
     except OmegaConfBaseException as error:
         raise ToksError(f"config error: the overrides {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
-    first = _resolve([params, command_line], dataset_applied=False)  # which dataset, and the entries
+    # Which dataset, and the entries (the command line may change them too): each entry completes the shared
+    # sections with its own values, so no config is whole before one is applied.
+    try:
+        chosen = OmegaConf.merge(params, command_line)
+        datasets, name = chosen.get("datasets"), chosen.get("dataset", Config.dataset)
+    except OmegaConfBaseException as error:
+        raise ToksError(f"config error: {str(error).splitlines()[0]}") from None
+    if not isinstance(datasets, DictConfig) or not datasets:
+        raise ToksError(f"config error: {path} has no `datasets` mapping: each dataset is an entry there")
+    if not isinstance(name, str):
+        raise ToksError(f"config error: dataset = {name!r} must name an entry of datasets")
+    _check_no_dead_values(params, datasets, path)
     # Every section but the dataset entries, which each entry's own layer stands in for.
     shared = OmegaConf.merge(OmegaConf.masked_copy(params, [key for key in params if key != "datasets"]),
                              {"datasets": {}})
-    for name in first.datasets:
-        _resolve([shared, _dataset_layer(first.datasets, name)], prefix=f"datasets.{name}.")
-    return ReadConfig(_resolve([params, _dataset_layer(first.datasets, first.dataset), command_line]), path, digest)
+    for entry in (name, *datasets):  # names first: each stands in a folder and a command line
+        check_name(entry, "dataset key")
+    layer = _dataset_layer(datasets, name)
+    if OmegaConf.select(layer, "data.synthetic") is None and OmegaConf.select(command_line, "data.synthetic"):
+        command_line.data.pop("synthetic")  # the generator's values (a test's tiny sizes): synthetic datasets' only
+    config = _resolve([params, layer, command_line], dataset=name)  # the run's own first
+    for entry in datasets:
+        _resolve([shared, _dataset_layer(datasets, entry)], prefix=f"datasets.{entry}.")
+    return ReadConfig(config, path, digest)
+
+
+def _check_no_dead_values(params: Any, datasets: Any, path: Path) -> None:
+    """A shared value that every dataset's entry sets too would change nothing (`dvc exp run -S one_step.eta0=50`
+    once did nothing): refused, naming where the value lives."""
+    def leaves(node: Any, key: str) -> Iterator[str]:
+        if isinstance(node, DictConfig) and len(node):
+            for name in node:
+                yield from leaves(node[name], f"{key}.{name}")
+        else:
+            yield key
+
+    for section in DATASET_SECTIONS:
+        for key in leaves(params.get(section), section) if section in params else []:
+            if all(OmegaConf.select(entry, key, default="<absent>") != "<absent>" for entry in datasets.values()):
+                raise ToksError(f"config error: {key} in {path} is every dataset's own: set "
+                                f"datasets.<name>.{key} (datasets: {', '.join(datasets)})")
 
 
 def describe(config: Config, sections: Iterable[str]) -> list[str]:

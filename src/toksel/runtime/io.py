@@ -1,14 +1,11 @@
 """Atomic file output: write to a temporary sibling, then rename, so a killed stage leaves no half file.
 
 Inside `outputs_together()` (a stage's whole run) the renames wait for the end of the block, so that a stage that
-fails replaces none of its old outputs. Every file written here is recorded with its size and SHA-256 in its
-folder's `.digests.json`, which is put in place before the files it describes: a stage killed among its renames
-leaves old files that disagree with the record, and the next stage to read them refuses them. A stage reads
-another's output through `require_output` (or read_json, read_npz), which checks the file against that record: a
-file changed after its stage wrote it (truncated, edited, replaced, half renamed) is refused with one line naming
-the stage to run again, instead of being read as plausible input (unless DVC's cache holds its exact bytes: DVC
-put it back, from a run whose record the folder no longer holds). A JSON object or npz read here names its file
-and the stage to rerun when a key it lacks is asked for.
+fails replaces none of its old outputs. Whether an output is the one its stage wrote is DVC's to know: dvc.lock
+holds the hash of every output, and `dvc status` and `dvc repro` find one edited, cut or half replaced and run
+its stage again. A stage reads another's output through `require_output` (or read_json, read_npz), which checks
+what it can see, shape and type: a missing file names the stage to run first, one that is not JSON or not an npz,
+or lacks a key asked for, names its file and the stage to run again, in one line.
 """
 
 from __future__ import annotations
@@ -28,10 +25,8 @@ import numpy as np
 import psutil
 
 from toksel.runtime.errors import ToksError
-from toksel.runtime.paths import project_root
 
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # .<name>.tmp-<pid>, next to <name>
-DIGESTS = ".digests.json"  # in each folder written: {file name: [size, sha256]}
 SEARCHED = ("data", "results", "runs")  # where stages write, and so where temporary files can be left
 
 
@@ -57,7 +52,6 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
             _open[-1].renames[path] = tmp
             _open[-1].digests.pop(tmp, None)  # written again: hashed afresh
             return
-        _record_digests({path: tmp}, now=True)
         os.replace(tmp, path)
     finally:
         if tmp.exists() and not (_open and _open[-1].renames.get(path) == tmp):
@@ -121,8 +115,7 @@ def write_files(files: dict[Path, bytes]) -> None:
 
 
 def _digest(path: Path) -> list:
-    """[size, SHA-256] of `path`; a file waiting in the open outputs_together is hashed once, for its run record
-    and its folder's record."""
+    """[size, SHA-256] of `path`; a file waiting in the open outputs_together is hashed once (its run record's)."""
     known = _open[-1].digests if _open and path in _open[-1].renames.values() else {}
     if path not in known:
         with open(path, "rb") as handle:
@@ -130,33 +123,8 @@ def _digest(path: Path) -> list:
     return known[path]
 
 
-def _record_digests(renames: dict[Path, Path], now: bool = False) -> dict[Path, Path]:
-    """Each folder's .digests.json with the files about to replace their old versions: put in place `now`, or
-    else (a commit's) returned as renames {record: its temporary file}, to be made with the others."""
-    records = {}
-    for path, tmp in renames.items():
-        if path.name != DIGESTS:
-            records.setdefault(path.parent, {})[path.name] = _digest(tmp)
-    written = {}
-    for folder, entries in records.items():
-        record = folder / DIGESTS
-        try:
-            known = json.loads(record.read_text()) if record.exists() else {}
-        except ValueError:
-            known = {}  # a damaged record is rewritten; the files it lost are read unchecked
-        tmp = folder / f".{DIGESTS}.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps({**known, **entries}, indent=1, sort_keys=True) + "\n")
-        written[record] = tmp
-    if now:
-        for record, tmp in written.items():
-            os.replace(tmp, record)
-        return {}
-    return written
-
-
 def _commit(renames: dict[Path, Path]) -> None:
-    """The folders' records first, then the files they describe (see the module's note on a kill among them)."""
-    for path, tmp in [*_record_digests(renames).items(), *renames.items()]:
+    for path, tmp in renames.items():
         os.replace(tmp, path)
 
 
@@ -197,32 +165,6 @@ def _run_again(producer: str | None) -> str:
     return f"run the {producer} stage again" if producer else "run the stage that writes it again"
 
 
-def verify(path: Path | str, producer: str | None = None) -> None:
-    """Refuse `path` when it is not the file its stage wrote (its size or SHA-256 differs from the record in its
-    folder's .digests.json); a file the record does not list is not checked."""
-    path = Path(path)
-    record = path.parent / DIGESTS
-    if not path.exists() or not record.exists():
-        return
-    try:
-        expected = json.loads(record.read_text()).get(path.name)
-    except (ValueError, AttributeError):
-        return  # a damaged record: the next write of the folder replaces it
-    if expected is not None and _digest(path) != expected and not _held_by_dvc(path):
-        raise ToksError(f"{path} has changed since its stage wrote it (its size or content differs from "
-                        f"{record}): {_run_again(producer)}")
-
-
-def _held_by_dvc(path: Path) -> bool:
-    """Whether DVC's cache holds these exact bytes: then DVC put the file here (a checkout, or a stage restored from
-    its run cache), and it is one its stage wrote, though the folder's record may be of another run (the record is
-    not a declared output, and a run's timings change the files it describes). A file cut or edited by hand is in
-    no cache. DVC 3 names a cached file by the MD5 of its bytes, in the project's default cache."""
-    with open(path, "rb") as handle:
-        md5 = hashlib.file_digest(handle, "md5").hexdigest()
-    return (project_root() / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]).is_file()
-
-
 class Record(dict):
     """A JSON object read from a stage's output: asking it for a key it lacks is that file's fault, told in one
     line, not a KeyError."""
@@ -236,12 +178,9 @@ class Record(dict):
 
 
 def read_json(path: Path | str, producer: str | None = None) -> Any:
-    """A JSON file another stage (`producer`: then a missing file names it) wrote, checked against its folder's
-    digests."""
-    if producer is None:
-        verify(path)
-    else:
-        path = require_output(path, producer)  # which verifies it
+    """A JSON file another stage (`producer`: then a missing file names it) wrote."""
+    if producer is not None:
+        path = require_output(path, producer)
     try:
         return json.loads(Path(path).read_text(), object_hook=lambda items: Record(items, path, producer))
     except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
@@ -271,7 +210,6 @@ def require_output(path: Path | str, producer: str) -> Path:
         return _open[-1].renames[Path(path)]
     if not Path(path).exists():
         raise ToksError(f"{path} is missing: run the {producer} stage first (dvc repro {producer})")
-    verify(path, producer)
     return Path(path)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.data.token_table import TokenTable
-from toksel.report.plots import binned_scores_figure, save_figure
+from toksel.figures.plots import binned_scores_figure, save_figure
 from toksel.runtime.io import write_csv, write_json, write_npz
 from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import (
