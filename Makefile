@@ -89,10 +89,10 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 # The MLflow UI on the project's store (one worker keeps it light); it prints the address of the toksel
-# experiment's runs table. check-ui opens that page and a run's metric chart in headless Chromium (screenshots:
-# mlflow-ui.png, mlflow-ui-chart.png).
+# experiment's runs table. check-ui opens that page and a run's metric chart in headless Chromium through the UI's
+# test (screenshots: mlflow-ui.png, mlflow-ui-chart.png).
 ui: $(STAMP)
 	$(BIN)/python -m toksel.ui --port $(UI_PORT)
 
 check-ui: $(STAMP)
-	$(BIN)/python -m toksel.ui --check --screenshot mlflow-ui.png
+	TOKSEL_UI_SCREENSHOTS=$(CURDIR) $(BIN)/python -m pytest -q tests/test_ui.py

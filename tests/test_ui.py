@@ -1,35 +1,80 @@
-"""`make ui` opens the MLflow UI on the toksel experiment's runs table, checked in headless Chromium; the plain
-experiment page (MLflow 3's GenAI overview) fails the same check."""
+"""`make ui` serves the MLflow UI on the toksel experiment's runs table, checked in headless Chromium (`make check-ui`
+runs this file): the runs table shows the pipeline's run and a gradient-flow run's metric chart draws its curve; the
+plain experiment page (MLflow 3's GenAI overview) fails the same check."""
 
+import os
 import shutil
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from pipelines import gradient_flow, prepare
-from tests.helpers import TINY, published_runs
+from tests.helpers import ROOT, TINY, published_runs
 from toksel import ui
-from toksel.report.render_check import BROWSERS
+from toksel.report.render_check import BROWSERS, find_chromium, headless
 
-pytestmark = pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS), reason="no Chromium")
+# MLflow's page of one metric's chart (its route in the UI's code: getMetricPageRoute)
+CHART_VIEW = ('#/metric?runs=["{run}"]&metric=p_norm&experiments=["{experiment}"]&plot_metric_keys=["p_norm"]'
+              "&plot_layout={{}}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=false")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _look(address: str, screenshot: Path | None = None) -> str:
+    """The page's DOM once loaded in headless Chromium (and its screenshot, if asked)."""
+    browser = find_chromium()
+    if screenshot is not None:
+        headless(browser, f"--screenshot={screenshot}", "--window-size=1400,900", address)
+    return headless(browser, "--dump-dom", address).stdout
 
 
 @pytest.mark.slow  # 30 to 80 s: `make test-slow`
-def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(prepared, monkeypatch, tmp_path):
+@pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS), reason="no Chromium")
+def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(prepared):
     assert gradient_flow.main(TINY) == 0
-    published_runs(prepared)  # a pipeline run, its stages' runs, the flow's per-step curves
-    screenshot = tmp_path / "ui.png"
-    assert ui.main(["--check", "--screenshot", str(screenshot)]) == 0
-    assert screenshot.stat().st_size > 10_000 and (tmp_path / "ui-chart.png").stat().st_size > 10_000
-    with monkeypatch.context() as patch:
-        patch.setattr(ui, "RUNS_VIEW", "#/experiments/{experiment}")  # without the model-training view
-        assert ui.main(["--check"]) == 1
-    monkeypatch.setattr(ui, "CHART_VIEW", ui.CHART_VIEW.replace('runs=["{run}"]', 'runs=["no-such-run"]'))
-    assert ui.main(["--check"]) == 1  # no curve drawn
+    runs = published_runs(prepared)  # a pipeline run, its stages' runs, the flow's per-step curves
+    flow = next(run for run in runs if run.data.tags.get("stage") == "gradient_flow")
+    pipeline = next(run for run in runs if run.data.tags.get("stage") == "pipeline")
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "toksel.ui", "--port", str(port)], cwd=prepared,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        address = server.stdout.readline().split(": ", 2)[2].split(" (Ctrl-C")[0]
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        shots = Path(os.environ.get("TOKSEL_UI_SCREENSHOTS", prepared))
+        page = _look(address, shots / "mlflow-ui.png")
+        assert "Run Name" in page and pipeline.info.run_name in page and "Detect Issues" not in page
+        experiment = MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_experiment_by_name("toksel").experiment_id
+        base = f"http://127.0.0.1:{port}/"
+        chart = _look(base + CHART_VIEW.format(run=flow.info.run_id, experiment=experiment),
+                      shots / "mlflow-ui-chart.png")
+        assert "js-line" in chart and "p_norm" in chart
+        # The checks can fail: the plain experiment page, and a chart of a run that is not there.
+        assert "Run Name" not in _look(base + f"#/experiments/{experiment}")
+        assert "js-line" not in _look(base + CHART_VIEW.format(run="no-such-run", experiment=experiment))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert (shots / "mlflow-ui.png").stat().st_size > 10_000
 
 
 def test_the_ui_says_when_there_is_nothing_to_show_and_creates_no_store(project, capsys):
-    assert ui.main(["--check"]) == 2
+    assert ui.main([]) == 2
     assert "no MLflow store at" in capsys.readouterr().err
     assert not (project / "mlflow.db").exists()  # started outside a project, it leaves nothing behind
 
