@@ -20,7 +20,7 @@ from toksel import ui
 from toksel.report.render_check import BROWSERS, find_chromium, headless
 
 # MLflow's page of one metric's chart (its route in the UI's code: getMetricPageRoute)
-CHART_VIEW = ('#/metric?runs=["{run}"]&metric=p_norm&experiments=["{experiment}"]&plot_metric_keys=["p_norm"]'
+CHART_VIEW = ('#/metric?runs=["{run}"]&metric="p_norm"&experiments=["{experiment}"]&plot_metric_keys=["p_norm"]'
               "&plot_layout={{}}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=false")
 
 

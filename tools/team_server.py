@@ -19,6 +19,7 @@ import configparser
 import contextlib
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -46,8 +47,14 @@ def postgres_bin() -> Path:
 
 
 def _as_owner() -> dict:
-    """PostgreSQL refuses to run as root: then its commands run as the `postgres` user."""
-    return {"user": "postgres"} if os.geteuid() == 0 else {}
+    """PostgreSQL refuses to run as root: then its commands run as the `postgres` user, from `/`, with its groups
+    and home."""
+    if os.geteuid() != 0:
+        return {}
+    account = pwd.getpwnam("postgres")
+    return {"user": account.pw_uid, "group": account.pw_gid, "cwd": "/",
+            "extra_groups": os.getgrouplist("postgres", account.pw_gid),
+            "env": {**os.environ, "HOME": account.pw_dir, "USER": "postgres", "LOGNAME": "postgres"}}
 
 
 def _run(*command: str | Path) -> None:
@@ -86,6 +93,8 @@ def start(folder: Path, port: int, timeout: float = 90) -> dict:
         if probe.connect_ex(("127.0.0.1", port)) == 0:
             raise ToksError(f"port {port} is in use by another program: choose another with --port")
     folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:  # the `postgres` user passes through it to its cluster (search only; the secrets are 0600)
+        folder.chmod(folder.stat().st_mode & 0o777 | 0o001)
     cluster, bin_dir = folder / "postgres", postgres_bin()
     if not cluster.exists():
         cluster.mkdir(mode=0o700)
@@ -102,13 +111,14 @@ def start(folder: Path, port: int, timeout: float = 90) -> dict:
     for name in DATABASES:
         if name not in existing.stdout.split():
             _run(bin_dir / "psql", "-h", cluster, "-U", "postgres", "-c", f"CREATE DATABASE {name}")
-    database = f"postgresql://postgres@/{{}}?host={cluster}"
+    database = f"postgresql+psycopg2://postgres@/{{}}?host={cluster}"
     _private_file(folder / "auth.ini", f"[mlflow]\ndefault_permission = READ\n"
                                        f"database_uri = {database.format(DATABASES[1])}\n"
                                        f"admin_username = {login['username']}\nadmin_password = {login['password']}\n"
                                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
     environment = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(folder / "auth.ini"),
-                   "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+                   "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
+                   "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}  # CSRF's key: this run's, on no disk
     with open(folder / "mlflow.log", "ab") as log:
         server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth", "--workers",
                                    "1", "--backend-store-uri", database.format(DATABASES[0]), "--artifacts-destination",
