@@ -42,8 +42,9 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
     runs = [run for run in every if "toksel.trial" not in run.data.tags]  # the stages, not their arms and trials
     parents = {run.data.tags["mlflow.parentRunId"]: run for run in runs}
-    assert len(runs) == 2 and len(parents) == 2  # one run per training, the two-process one included
-    assert len(every) == 8  # each with its arm, the arm's trial at the one learning rate and its control, logged once
+    # The view is the records': the two-process training replaced the first one's records, and so its runs.
+    assert len(runs) == 1 and len(parents) == 1
+    assert len(every) == 4  # with its arm, the arm's trial at the one learning rate and its control, logged once
     ddp_parents = client.search_runs([runs[0].info.experiment_id],
                                      "tags.`toksel.pipeline_key` = 'ddp' and tags.stage = 'pipeline'")
     assert len(ddp_parents) == 1

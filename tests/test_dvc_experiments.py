@@ -24,7 +24,7 @@ def _one_stage_project(folder: Path) -> Path:
     (project / "dvc.yaml").write_text(
         "stages:\n  prepare:\n"
         "    cmd: sleep $TEST_DELAY && python -m pipelines.prepare dataset=synthetic\n"
-        "    params: [data.synthetic.n_train]\n"
+        "    params: [datasets.synthetic.data.synthetic.n_train]\n"
         "    outs: [data/processed/synthetic]\n")
     subprocess.run(["git", "add", "-A"], cwd=project, check=True)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], cwd=project,
@@ -41,7 +41,8 @@ def _experiments(project: Path) -> list[str]:
 
 
 def _dvc_exp_run(project: Path, name: str, n_train: int, delay: int = 0) -> subprocess.Popen:
-    return subprocess.Popen(["dvc", "exp", "run", "-n", name, "-S", f"data.synthetic.n_train={n_train}"], cwd=project,
+    return subprocess.Popen(["dvc", "exp", "run", "-n", name, "-S",
+                             f"datasets.synthetic.data.synthetic.n_train={n_train}"], cwd=project,
                             env={**dvc_environment(), "TEST_DELAY": str(delay)}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 

@@ -21,10 +21,10 @@ def test_a_fresh_checkout_restores_stages_from_a_local_remote_instead_of_running
     assert "pushed" in pushed
 
     # Another machine: the repository's files (code, params.yaml, dvc.yaml, dvc.lock, the remote's config), no
-    # cache and no outputs but those git keeps (the uncached ones: the check's verdict and settings, the metrics).
+    # cache and no outputs but those git keeps (the uncached ones: the check's verdict, the metrics).
     clone = tmp_path_factory.mktemp("clone")
     for name in ("dvc.yaml", "dvc.lock", "params.yaml", ".dvcignore", "src", "pipelines", "data/own", ".dvc/config",
-                 "results/check_params/valid.txt", "results/check_params/settings",
+                 "results/check_params/valid.txt",
                  "results/prepare/synthetic/metrics.json", "results/one_step/synthetic.json"):
         source, target = dvc_project / name, clone / name
         target.parent.mkdir(parents=True, exist_ok=True)
