@@ -1,4 +1,4 @@
-"""Whether to draw progress bars. It cannot change a result, so it is in no stage's DVC deps (tools/stage_deps.py)."""
+"""Whether to draw progress bars. It cannot change a result: plumbing, in no compute stage's DVC deps."""
 
 import os
 import sys
