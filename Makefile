@@ -21,16 +21,19 @@ $(STAMP): pyproject.toml
 
 # REPRO_FLAGS: e.g. --pull --allow-missing, to take what a DVC remote already holds instead of recomputing it.
 # A dvc.lock that a kill cut while DVC wrote it is mended first (tools/heal_lock.py), or DVC would refuse to start.
+# Ctrl-C: DVC calls the stopped stage failed (exit code 255, its ERROR line); the shell says what happened instead,
+# once DVC has ended, and exits 130, as a program stopped by Ctrl-C does.
+STOPPED = trap 'echo "make $@: stopped by Ctrl-C; the stages that had finished are kept, and make $@ goes on from them" >&2; exit 130' INT;
 repro: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
-	$(BIN)/dvc repro $(REPRO_FLAGS)
+	@$(STOPPED) $(BIN)/dvc repro $(REPRO_FLAGS)
 
 # The whole DAG small, in a few minutes: profiles/quick.yaml's values set as a DVC experiment (tools/profile.py);
 # the real datasets from $TOKSEL_DATA_MIRROR or the Hub, else the synthetic ones only. `git checkout params.yaml`
 # goes back to the full values.
 quick: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
-	$(BIN)/python -m tools.profile quick $(REPRO_FLAGS)
+	@$(STOPPED) $(BIN)/python -m tools.profile quick $(REPRO_FLAGS)
 
 # The experiments side by side: the parameters and verdict counts that differ between them. DVC also gives every
 # changed input file a column of its hash (40 to 70 characters each), left out here.

@@ -19,14 +19,14 @@ from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure, verdict_coun
 from toksel.claims.measurements import ablation_runs
 from toksel.claims.rebuttal import compare_with_tables
 from toksel.figures.plots import rebuttal_figure, save_figure
-from toksel.report import markdown
-from toksel.report.comparison import variants_comparison
-from toksel.report.document import Row, markdown_table, publish_summary
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.io import read_json, require_output, write_csv, write_json
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.records import RunRecord
+from toksel.summaries import markdown
+from toksel.summaries.claims import Row, claims_table, publish_summary
+from toksel.summaries.comparison import variants_comparison
 
 SECTIONS = STAGE_SECTIONS["ablation_report"]
 OUT = results_dir("ablation_report", "")
@@ -80,7 +80,7 @@ def _summary(config: Config, variants: dict, assessed: list, comparison: pd.Data
     parts = [f"# Architecture ablations (sequence.scale {config.sequence.scale}: d {scale.d}, first "
              f"{scale.max_len or 'all'} tokens, up to {scale.max_train or 'all'} training reviews; seeds "
              f"{', '.join(map(str, config.training_seeds))})", "", "## The claims", "",
-             *markdown_table([Row(item, item.measurement.data, "ablation_report") for item in assessed]), ""]
+             *claims_table([Row(item, item.measurement.data, "ablation_report") for item in assessed]), ""]
     for dataset in settings.datasets:
         parts += [f"## {dataset} (mean +- std over the seeds)", "", variants_comparison(
             {variant: list(variants[dataset, variant].values()) for variant in settings.variants}), ""]

@@ -12,14 +12,14 @@ import sys
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.catalogue import BY_ID, assess, claim_metrics, verdict_counts
 from toksel.claims.measurements import dataset_measurements, dataset_runs, mean_over_seeds
-from toksel.report.comparison import training_comparison
-from toksel.report.document import PROTOCOL_NOTE, Row, markdown_table, publish_summary
-from toksel.report.markdown import number
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import EMBEDDINGS, Config
 from toksel.runtime.io import write_json
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
+from toksel.summaries.claims import PROTOCOL_NOTE, Row, claims_table, publish_summary
+from toksel.summaries.comparison import training_comparison
+from toksel.summaries.markdown import number
 
 SECTIONS = STAGE_SECTIONS["compare"]
 
@@ -40,7 +40,7 @@ def compare(config: Config, run: RunRecord) -> None:
     arms = {arm: [kept[seed].get(arm, {}) for seed in config.training_seeds] for arm in EMBEDDINGS}
     summary = "\n".join([
         f"# {dataset}: the embedding arms over seeds {', '.join(map(str, config.training_seeds))}", "",
-        *markdown_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *markdown_table(others), "",
+        *claims_table(own), "", "## Under other protocols", "", PROTOCOL_NOTE, "", *claims_table(others), "",
         "## The arms side by side (mean +- std over the seeds)", "", training_comparison(arms)]) + "\n"
     publish_summary(run, out, summary, claim_metrics(assessed), verdict_counts(assessed))
 

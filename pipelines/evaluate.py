@@ -24,13 +24,13 @@ from toksel.figures.plots import (
     save_figure,
     token_scores_figure,
 )
-from toksel.report.document import Row, markdown_table, publish_summary
-from toksel.report.markdown import number
 from toksel.runtime.cli import run_stage
 from toksel.runtime.config import Config
 from toksel.runtime.io import read_json, read_npz, require_output, write_csv, write_json
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.records import RunRecord
+from toksel.summaries.claims import Row, claims_table, publish_summary
+from toksel.summaries.markdown import number
 
 SECTIONS = STAGE_SECTIONS["evaluate"]
 TOP_WORDS = 12  # words listed per score
@@ -129,7 +129,7 @@ def evaluate(config: Config, run: RunRecord) -> None:
              f"tenth.", *[f"{label}: {', '.join(words)}" for label, words in top.items()]]
     summary = "\n".join([
         f"# {dataset}: the theory's claims over seeds {', '.join(map(str, config.base.seeds))}", "",
-        *markdown_table([Row(item, dataset, "evaluate") for item in assessed]), "",
+        *claims_table([Row(item, dataset, "evaluate") for item in assessed]), "",
         *[f"- {note}" for note in notes], "", *[f"![{name}]({name})" for name in figures]]) + "\n"
     publish_summary(run, out, summary, claim_metrics(assessed), verdict_counts(assessed))
 

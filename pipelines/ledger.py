@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from toksel.claims.ledger import CHANGED, NO_HISTORY, Ledger, build_ledger, per_claim_status
-from toksel.report.changes import shown
-from toksel.report.markdown import table
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import write_json, write_text
+from toksel.summaries.changes import shown
+from toksel.summaries.markdown import table
 
 OUT = Path("results") / "ledger"
 SUBJECT_SHOWN = 60  # characters of a commit's subject in the table; the JSON has 200

@@ -3,10 +3,10 @@
 Reads the measurements the stages wrote under results/ (claims.json; a claim whose stage has not run says so),
 judges each with the registry (toksel.claims.catalogue) and the thresholds of params.yaml, opens with the verdict
 in words and what the run was (toksel.report.header: the profile, seeds, each dataset's d and rows from prepare's
-metrics, the commit and DVC experiment), and writes results/report/:
-report.md (figures linked), report.html (self-contained: figures embedded), verdicts.png (the forest plot) and
-metrics.json (how many claims hold, fail, are inconclusive; how many controls fail). Both reports are
-artifacts of the pipeline's parent MLflow run.
+metrics, the commit and DVC experiment), and writes results/report/: report.md (figures linked), report.html
+(report.md made HTML, self-contained: figures embedded), verdicts.png (the forest plot) and metrics.json (how many
+claims hold, fail, are inconclusive; how many controls fail). Both reports are artifacts of the pipeline's parent
+MLflow run.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.ledger import CHANGED
 from toksel.figures.plots import save_figure
-from toksel.report.changes import read_ledger, shown
-from toksel.report.counting import under_control
 from toksel.report.document import (
     Block,
     Table,
     d_sweep_rows,
+    embedded,
     figures,
     flow_checks,
     flow_note,
@@ -41,7 +40,8 @@ from toksel.report.document import (
 )
 from toksel.report.forest import verdicts_figure
 from toksel.report.header import header
-from toksel.report.readings import all_shown, readings_html, readings_markdown
+from toksel.report.page import page
+from toksel.report.readings import all_shown, readings_section
 from toksel.report.training_runs import (
     CONVERGENCE_HEADER,
     accuracy_epochs_figure,
@@ -56,6 +56,8 @@ from toksel.runtime.config import Config, dataset_configs
 from toksel.runtime.io import write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord
+from toksel.summaries.changes import read_ledger, shown
+from toksel.summaries.counting import under_control
 
 # The report also shows each dataset's data and d as its entry sets them, which SECTIONS leaves out: any change of
 # them reaches the report through what it depends on (prepare's metrics, evaluate@<dataset>'s claims, which record
@@ -125,10 +127,10 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
     extra = training_blocks(config) + ledger_blocks(read_ledger())
-    readings = {"md": "\n".join(readings_markdown(reviews)) + ("\n" if reviews else ""), "html": readings_html(reviews)}
-    for markup in ("md", "html"):
-        write_text(OUT / f"report.{markup}", render(markup, TITLE, sections, found, shown, OUT, readings[markup],
-                                                    calibration, notes, sweep, first, method_note(config), extra))
+    markdown = render(TITLE, sections, found, shown, OUT, readings_section(reviews), calibration, notes, sweep,
+                      first, method_note(config), extra)
+    write_text(OUT / "report.md", markdown)
+    write_text(OUT / "report.html", page(markdown, TITLE, embedded(shown, OUT)))
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")

@@ -17,8 +17,8 @@ from toksel.claims.ledger import CHANGED, FIXED, NOT_SET
 from toksel.data.corpus import PackedSplit
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
-from toksel.report.changes import bearing, history
 from toksel.runtime.config import load_config
+from toksel.summaries.changes import bearing, history
 from toksel.theory.one_step import embedding_update, projected_initialisation, update_along_outputs
 
 

@@ -11,8 +11,8 @@ from tests.helpers import ROOT
 from toksel.claims.catalogue import BY_ID, Measurement, assess, measure
 from toksel.claims.multiplicity import benjamini_yekutieli, holm
 from toksel.claims.verdict import judge_size, p_values, seed_interval
-from toksel.report.counting import count, reason_not_counted
 from toksel.runtime.config import load_config
+from toksel.summaries.counting import count, reason_not_counted
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_a_file_dataset_added_by_params_alone_runs_through_every_stage(own_proje
     assert (metrics["n_train"], metrics["n_test"]) == (24, 6)  # data.test_fraction 0.2 of the 30 rows
     assert metrics["bootstrap"] == 1 and metrics["distinct_train_rows"] < 24  # the seed's resample of the 24
     summary = (results / "evaluate" / "mine" / "summary.md").read_text()
-    assert "| Lemma 4.1:" in summary and "| Lemma 4.2:" in summary
+    assert "| `lemma41_linear` Lemma 4.1:" in summary and "| `lemma42_growth` Lemma 4.2:" in summary
     slope = json.loads((results / "one_step" / "mine" / "seed0" / "metrics.json").read_text())["slope"]
     assert slope > 0  # E1^T v rises with alpha_s: the file's sentiment words moved as the lemma says
     top = json.dumps(json.loads((results / "evaluate" / "mine" / "top_tokens.json").read_text()))

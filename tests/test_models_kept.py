@@ -132,8 +132,8 @@ def test_explain_reads_unknown_words_as_unk_where_the_vocabulary_has_it_and_need
 def test_the_report_shows_real_reviews_shaded_by_each_arms_attention(trained, tmp_path):
     assert report.main([*TINY, *TINY_TRAIN]) == 0
     page = (trained / "results" / "report" / "report.html").read_text()
-    assert "What the models select in real reviews" in page and page.count("<tr><th>trained</th>") >= 2
-    assert all(f"<tr><th>{arm}</th>" in page for arm in ("untrained", "one_step"))
+    assert "What the models select in real reviews" in page and page.count("<tr>\n<td>trained</td>") >= 2
+    assert all(f"<tr>\n<td>{arm}</td>" in page for arm in ("untrained", "one_step"))
     assert "What the models select in real reviews" in (trained / "results" / "report" / "report.md").read_text()
     if any(shutil.which(name) for name in BROWSERS):
         rendering = render(trained / "results" / "report" / "report.html", tmp_path / "report.png")

@@ -16,15 +16,17 @@ from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, p
 from tests.helpers import ROOT, TINY, published_runs, throwaway_project
 from toksel.claims.catalogue import BY_ID, assess, measure
 from toksel.models.reading import Reading
-from toksel.report.document import CONTROL_COLUMN, Row, blocks, html_table
+from toksel.report.document import blocks
 from toksel.report.forest import CONTROL_COLOURS, verdicts_figure
 from toksel.report.header import prepared_rows, verdict, warning
-from toksel.report.readings import SHADE_CAP, ShownReview, readings_html, shade
+from toksel.report.page import page as html_page
+from toksel.report.readings import LEGEND, SHADE_CAP, ShownReview, readings_section, shade
 from toksel.report.render_check import BROWSERS, render
 from toksel.report.render_check import main as render_check
 from toksel.runtime import records
 from toksel.runtime.config import load_config
 from toksel.runtime.records import git_sha
+from toksel.summaries.claims import HEADER, Row
 from toksel.theory.phase import edge_factor, factor_range, fit_power_law, measured_window, predicted_window
 
 # The cells follow their flows as the gradient_flow stage of TINY does (its horizon, the default tolerance).
@@ -145,7 +147,8 @@ def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(r
     # each row says why; every row says what the ledger knows of its rule (this throw-away project has no history).
     assert all(cells[-2].startswith("no: ") for cells in cells) and all(cells[-1] == "no history" for cells in cells)
     synthetic = [row for row in rows if row.split(" | ")[2] == "synthetic" and "eta0" not in row]
-    assert {"Lemma 4.1", "Lemma 4.2", "Lemma 4.4", "Theorem 4.3"} == {row[2:].split(":")[0] for row in synthetic}
+    assert {"Lemma 4.1", "Lemma 4.2", "Lemma 4.4", "Theorem 4.3"} == {row.split("` ")[1].split(":")[0]
+                                                                       for row in synthetic}
     # One seed (TINY): a value and no interval, so no claim can hold or fail; its control the same.
     assert all("(one value: no interval)" in row and row.split(" | ")[6] == "inconclusive" for row in synthetic)
     # Each claim links to its family's row of the calibration table (that stage has not run here).
@@ -188,7 +191,7 @@ def test_the_report_opens_with_the_verdict_and_what_the_run_was_and_warns_of_a_s
     assert report.main([*TINY, *GRID, "profile=quick"]) == 0
     quick, page = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert quick.split("\n\n")[1].startswith("> **A small run: its verdicts are not the paper's.** Profile quick")
-    assert page.index("<div class='warning'><strong>A small run") < page.index("<div class='verdict'>")
+    assert page.index("<blockquote>\n<p><strong>A small run") < page.index("<p><strong>Verdict.</strong>")
     assert "Commit 0123abc; DVC experiment: eager-pika." in quick
     monkeypatch.delenv("DVC_EXP_NAME")
     assert report.main([*TINY, *GRID]) == 0  # the module's other tests read the full profile's report
@@ -197,7 +200,7 @@ def test_the_report_opens_with_the_verdict_and_what_the_run_was_and_warns_of_a_s
 
 def test_the_html_report_is_self_contained_and_an_artifact_of_the_pipeline_run(reported):
     page = (reported / "results" / "report" / "report.html").read_text()
-    figures = re.findall(r"<img [^>]*src='([^']*)'", page)
+    figures = re.findall(r'<img src="([^"]*)"', page)
     assert len(figures) == len(re.findall(r"!\[", (reported / "results" / "report" / "report.md").read_text()))
     assert figures and all(src.startswith("data:image/png;base64,") for src in figures)
     runs = published_runs(reported, "tags.stage = 'report'")
@@ -238,7 +241,7 @@ def test_the_render_check_says_in_one_line_what_is_missing(tmp_path, capsys):
 
 
 def test_every_table_escapes_its_pipes_and_every_missing_number_says_so():
-    from toksel.report.markdown import number, table
+    from toksel.summaries.markdown import number, table
 
     assert table(["quantity", "value"], [["|p|", 1.5]]) == ["| quantity | value |", "|---|---|", "| \\|p\\| | 1.5 |"]
     assert [number(None), number(float("nan")), number(0.12345), number(None, missing="not measured")] == [
@@ -257,11 +260,13 @@ def test_a_control_that_fails_as_it_must_is_shown_as_good_and_one_that_holds_as_
     behaved, passed = _lemma41("a", [0.01, -0.02, 0.0]), _lemma41("b", [0.998, 0.999, 0.9995])
     assert behaved.assessment.verdict == passed.assessment.verdict == "holds"
     assert (behaved.assessment.control_verdict, passed.assessment.control_verdict) == ("fails", "holds")
-    table = blocks({"The theory": [behaved, passed]}, [], [], [], "html")[0].table
-    assert [row[CONTROL_COLUMN] for row in table.rows] == ["fails, as it must", "holds: it must fail"]
-    assert [kinds[CONTROL_COLUMN] for kinds in table.kinds] == ["good", "bad"]
-    page = html_table(table.header, table.rows, table.kinds)
-    assert "<td class='good'>fails, as it must</td>" in page and "<td class='bad'>holds: it must fail</td>" in page
+    table = blocks({"The theory": [behaved, passed]}, [], [], [])[0].table
+    control = HEADER.index("control's verdict")
+    assert [row[control] for row in table.rows] == ["fails, as it must", "holds: it must fail"]
+    assert all(row[0].startswith("`lemma41_linear` Lemma 4.1:") for row in table.rows)  # the claim's id in the code
+    page = html_page(str(table), "claims", {})  # report.html: the Markdown made HTML, each verdict cell coloured
+    assert '<td class="good">fails, as it must</td>' in page and '<td class="bad">holds: it must fail</td>' in page
+    assert page.count('<td class="holds">holds</td>') == 2
     # The forest plot: each control's hollow marker in the colour of how it behaved.
     figure = verdicts_figure([("a", behaved.assessment), ("b", passed.assessment)])
     hollow = [line.get_color() for line in figure.axes[0].lines if line.get_marker() == "o"
@@ -315,7 +320,7 @@ def _review(weights: list[float], arm: str, row: int = 0) -> ShownReview:
 
 def _alphas(page: str, caption_row: int) -> list[float]:
     """The background alpha of each token of the review shown for test row `caption_row`."""
-    section = page.split(f"test review {caption_row}:")[1].split("</table>")[0]
+    section = page.split(f"test review {caption_row}:")[1].split("###")[0]
     return [float(alpha) for alpha in re.findall(r"rgba\(33, 102, 172, ([0-9.]+)\)", section)]
 
 
@@ -327,9 +332,15 @@ def test_attention_is_shaded_against_uniform_on_one_scale_for_every_review_and_a
     uniform = _review([0.25] * 4, "untrained", row=1)
     peaked = _review([0.85, 0.05, 0.05, 0.05], "trained", row=2)
     longer = _review([0.2] + [0.8 / 9] * 9, "trained", row=3)  # twice uniform on w0, as w0 of a review of 4 at 0.5
-    page = readings_html([uniform, peaked, longer])
+    page = readings_section([uniform, peaked, longer])
     assert _alphas(page, 1) == [0.0] * 4  # a uniform reading is not shaded, however its largest weight compares
     darkest, *rest = _alphas(page, 2)
     assert darkest == pytest.approx(shade(0.85, 4), abs=0.005) and darkest > 0.5 and rest == [0.0] * 3
     assert _alphas(page, 3)[0] == pytest.approx(math.log(2) / math.log(SHADE_CAP), abs=0.005)
     assert "class='legend'" in page and f"the darkest from {SHADE_CAP:g} x uniform" in page
+    assert "| trained | negative (0.50); w0 (0.85, 3.4 x)" in page  # report.md names the largest weights too
+    shown = html_page(page, "readings", {})  # report.html keeps every shade
+    assert shown.count("class='token'") == 4 + 4 + 10 + len(LEGEND)
+    odd = ShownReview("imdb", 4, 1, 2, "right", ["<cls>", "*", "a|b", "`x"], uniform.readings)
+    words = re.findall(r"<span class='token'[^>]*>(.*?)</span>", html_page(readings_section([odd]), "odd", {}))
+    assert words[-4:] == ["&lt;cls&gt;", "*", "a|b", "`x"]  # words that look like markup are shown as they are

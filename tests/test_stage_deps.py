@@ -18,7 +18,8 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())  # its top-level sec
 # Code that moves values and files and computes no number: no compute stage depends on it (publish does).
 PLUMBING = ("toksel.runtime", "toksel.tracking", "pipelines.sections")
 COMPUTE = ("prepare", "one_step", "gradient_flow", "train", "ablation", "phase", "d_sweep", "calibrate")
-NOT_FOR_COMPUTE = ("src/toksel/runtime", "src/toksel/tracking", "src/toksel/report", "src/toksel/publish.py")
+NOT_FOR_COMPUTE = ("src/toksel/runtime", "src/toksel/tracking", "src/toksel/report", "src/toksel/summaries",
+                   "src/toksel/publish.py")
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,12 @@ def test_no_compute_stage_depends_on_plumbing_views_or_rendering(stages):
     found = [f"{name}: {path}" for name, stage in stages.items() if name.split("@")[0] in COMPUTE
              for path in _paths(stage, "deps") if path.startswith(NOT_FOR_COMPUTE)]
     assert found == []
+
+
+def test_the_report_s_own_code_reruns_the_report_alone(stages):
+    """The report's template, page and sections (src/toksel/report): an edit of them reruns `report`, no stage that
+    writes a summary (those write with src/toksel/summaries)."""
+    assert [name for name, stage in stages.items() if "src/toksel/report" in _paths(stage, "deps")] == ["report"]
 
 
 def missing_lineage(stages: dict, name: str, keys: set[str]) -> list[str]:

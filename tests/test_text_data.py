@@ -200,7 +200,7 @@ def test_a_text_dataset_runs_through_every_stage(mirror_project):
         assert stage.main(small) == 0, stage.__name__
     results = mirror_project / "results"
     summary = (results / "evaluate" / "tiny" / "summary.md").read_text()
-    assert "| Lemma 4.1:" in summary and "| Lemma 4.2:" in summary
+    assert "| `lemma41_linear` Lemma 4.1:" in summary and "| `lemma42_growth` Lemma 4.2:" in summary
     assert "Theorem 4.3" not in summary and "top by E_s^T p:" in summary  # no known important tokens, no QP
     top = (results / "evaluate" / "tiny" / "top_tokens.json").read_text()
     assert "great" in top

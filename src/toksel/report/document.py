@@ -1,6 +1,6 @@
 """One report of every claim: the paper's value, ours with its interval, the threshold, the three-way verdict,
-the negative control's value and verdict, and the calibration of each claim's verdict rule; as Markdown and as a
-self-contained HTML page.
+the negative control's value and verdict, and the calibration of each claim's verdict rule; in Markdown, from which
+toksel.report.page makes a self-contained HTML page.
 
 The stages that measure claims write their measurements (claims.json: evaluate and compare per dataset,
 ablation_report, phase_diagram); the registry (toksel.claims.catalogue) judges them here with the thresholds
@@ -11,9 +11,7 @@ stage has not run stays in the report and says so.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import html
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -34,14 +32,21 @@ from toksel.claims.catalogue import (
     measure,
 )
 from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED, claim_runs
-from toksel.claims.verdict import Interval
-from toksel.report.changes import RuleHistory, history
-from toksel.report.counting import Counting, count
-from toksel.report.markdown import number, table
 from toksel.runtime.config import Config, load_config
-from toksel.runtime.io import pending, read_json, require_output, write_json, write_text
+from toksel.runtime.io import pending, read_json, require_output
 from toksel.runtime.paths import results_dir
-from toksel.runtime.records import RunRecord
+from toksel.summaries.changes import history
+from toksel.summaries.claims import (
+    HEADER,
+    PROTOCOL_NOTE,
+    Calibration,
+    Row,
+    cells,
+    family_anchor,
+    interval_text,
+)
+from toksel.summaries.counting import count
+from toksel.summaries.markdown import table
 
 SECTIONS = {  # heading: the scopes it shows
     "The theory, on every dataset": ("every", "assumption1"),
@@ -55,52 +60,17 @@ CALIBRATION = results_dir("calibration", "") / "calibration.json"
 VERDICT_KINDS = ("holds", "fails", "inconclusive", "not computed")
 
 
+def read_calibration(path: Path = CALIBRATION) -> Calibration:
+    """The calibration stage's rows; [] before that stage has run."""
+    return read_json(path) if path.exists() else []
+
+
 def read_measurements(root: Path = Path("results")) -> list[Measurement]:
     """Every claims.json the measuring stages wrote under `root`."""
     found = []
     for path in sorted(root.glob("*/**/claims.json")):
         found += [Measurement.from_record(record) for record in json.loads(path.read_text())]
     return found
-
-
-Calibration = list[dict[str, Any]]  # the calibration stage's rows: one per family and dataset
-
-
-def read_calibration(path: Path = CALIBRATION) -> Calibration:
-    """The calibration stage's rows; [] before that stage has run."""
-    return read_json(path) if path.exists() else []
-
-
-def family_standing(calibration: Calibration, family: str, dataset: str) -> str:
-    """calibrated or uncalibrated on `dataset` (its own calibration row), or not run there."""
-    found = next((row for row in calibration if row["family"] == family and row["data"] == dataset), None)
-    if found is None:
-        return "not calibrated on this dataset"
-    return "calibrated" if found["calibrated"] else "uncalibrated"
-
-
-@dataclass(frozen=True)
-class Row:
-    assessment: Assessment
-    data: str
-    producer: str  # the stage (with its dataset) that measures it, named when it has not run
-    counting: Counting | None = None  # whether it counts, and its verdict under the error control (with_counting)
-    rule: RuleHistory | None = None  # what the ledger says of its rule (with_history)
-
-    @property
-    def verdict(self) -> str:
-        item = self.assessment
-        if item.verdict == "not run":
-            return f"not run ({self.producer})"
-        inferred = f"; our inference, not the paper's: it {'; '.join(item.inferred)}" if item.inferred else ""
-        if item.verdict == "exploratory":
-            return f"exploratory ({'; '.join(item.unmet)}; the rule alone would say {item.judged_verdict})"
-        if item.verdict == "transient":
-            flows = [settled for settled in item.measurement.settled if settled is not None]
-            return (f"not tested: transient (its statistic still moves over the last two doublings of the flow on "
-                    f"{flows.count(False)} of {len(flows)} seeds; the rule alone would say "
-                    f"{item.judged_verdict}{inferred})")
-        return item.verdict + (f" ({inferred[2:]})" if inferred else "")
 
 
 def rows(config: Config, measurements: list[Measurement],
@@ -153,7 +123,7 @@ def sensitivity(config: Config, measurements: list[Measurement]) -> list[tuple[C
 
 
 def tally(sections: dict[str, list[Row]]) -> dict[str, float]:
-    """Verdict counts of the paper's claims and of ours apart: the rows that count (toksel.report.counting), by
+    """Verdict counts of the paper's claims and of ours apart: the rows that count (toksel.summaries.counting), by
     their own rule and under the error control across the report; the rows not counted, and why; the controls of
     the counted rows."""
     every = [row for section in sections.values() for row in section]
@@ -209,84 +179,6 @@ def headline(counts: dict[str, float]) -> str:
             f"Benjamini-Yekutieli's false discovery rate would keep {kept_by:.0f} holding).")
 
 
-def interval_text(interval: Interval | None) -> str:
-    """mean [low, high] (n seeds), or what there is."""
-    if interval is None or interval.n == 0:
-        return "not computed"
-    if not interval.exists:
-        return f"{number(interval.mean)} (one value: no interval)"
-    seeds = f", {interval.n} seeds" if interval.method.endswith("seeds") else ""
-    return f"{number(interval.mean)} [{number(interval.low)}, {number(interval.high)}{seeds}]"
-
-
-def family_anchor(family: str) -> str:
-    return f"calibration-{family.replace('_', '-')}"
-
-
-def calibration_cell(claim: Claim, dataset: str, calibration: Calibration, markup: str = "md") -> str:
-    """The claim's family, linked to its rows of the calibration table, with its standing on the row's dataset."""
-    if not claim.family:
-        return ""
-    standing = family_standing(calibration, claim.family, dataset)
-    if markup == "html":
-        return f"<a href='#{family_anchor(claim.family)}'>{html.escape(claim.family)}</a> ({standing})"
-    return f"[{claim.family}](#{family_anchor(claim.family)}) ({standing})"
-
-
-CONTROL_TEXT = {"fails": "fails, as it must", "holds": "holds: it must fail"}  # a control's verdict, read for it
-
-
-def control_text(verdict: str) -> str:
-    """A control's verdict with what it means: a near miss without the effect must fail the check."""
-    return CONTROL_TEXT.get(verdict, verdict)
-
-
-def p_text(row: Row) -> str:
-    """The p-value of the row's own verdict's test (its holds test unless it fails) and, for a counted row, the
-    Holm-adjusted one with the verdict under the control."""
-    item, counting = row.assessment, row.counting
-    if item.p is None:
-        return ""
-    own = item.p.fails if item.verdict == "fails" else item.p.holds
-    if counting is None or not counting.counted:
-        return number(own, ".2g")
-    return f"{number(own, '.2g')}; Holm {number(counting.adjusted, '.2g')}: {counting.controlled}"
-
-
-def counted_text(row: Row) -> str:
-    if row.counting is None:
-        return ""
-    return "yes" if row.counting.counted else f"no: {row.counting.reason}"
-
-
-def cells(row: Row, calibration: Calibration = (), markup: str = "md") -> list[str]:
-    """claim, checks, data, paper, ours, threshold, verdict, its p-value (and under Holm), control, control
-    verdict, calibration family, whether it counts."""
-    item, claim = row.assessment, row.assessment.claim
-    detail = item.measurement.detail if item.measurement is not None else ""
-    ours = "" if item.measurement is None else interval_text(item.interval) + (f"; {detail}" if detail else "")
-    control = "" if item.measurement is None else interval_text(item.control_interval)
-    return [f"{claim.source}: {claim.statement}", claim.kind, row.data, claim.paper, ours, item.threshold_text,
-            row.verdict, p_text(row), control,
-            "" if item.measurement is None else control_text(item.control_verdict),
-            calibration_cell(claim, row.data, calibration, markup), counted_text(row),
-            "" if row.rule is None else row.rule.text()]
-
-
-HEADER = ["claim", "checks", "data", "paper", "ours: mean [95 % interval]", "threshold", "verdict",
-          "p; Holm-adjusted: verdict under the control", "control", "control's verdict", "calibration", "counted",
-          "rule: fixed before the data, or changed after"]
-VERDICT_COLUMN, CONTROL_COLUMN = HEADER.index("verdict"), HEADER.index("control's verdict")
-
-
-def markdown_table(table_rows: Iterable[Row], calibration: Calibration = ()) -> list[str]:
-    """The claims' rows, a failing verdict in bold."""
-    def marked(values: list[str]) -> list[str]:
-        verdict = values[VERDICT_COLUMN]
-        return [*values[:VERDICT_COLUMN], f"**{verdict}**" if verdict == "fails" else verdict,
-                *values[VERDICT_COLUMN + 1:]]
-
-    return table(HEADER, (marked(cells(row, calibration)) for row in table_rows))
 
 
 def rate_text(rate: Mapping[str, Any] | None) -> str:
@@ -316,15 +208,13 @@ CALIBRATION_HEADER = ["family", "data", "statistic and rule", "claims", "known a
                       "false positives at the null", "replicates a rung", "standing"]
 
 
-def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[str]]:
-    """One row per family and dataset; with `anchor` ("md" or "html"), each family's first row carries the anchor
-    the claims link to."""
+def calibration_rows(calibration: Calibration) -> list[list[str]]:
+    """One row per family and dataset; each family's first row carries the anchor the claims link to."""
     anchored: set[str] = set()
     lines = []
     for row in calibration:
-        family = row["family"]
-        name = html.escape(family) if anchor == "html" else family
-        if anchor and family not in anchored:
+        family = name = row["family"]
+        if family not in anchored:
             name = f"<a id='{family_anchor(family)}'></a>{name}"
             anchored.add(family)
         claims = ", ".join(claim.id for claim in CLAIMS if claim.family == family)
@@ -339,13 +229,6 @@ def calibration_rows(calibration: Calibration, anchor: str = "") -> list[list[st
     return lines
 
 
-PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own rate, the best of its screen on "
-                 "the validation loss (the grid extended past an edge where the best sat on it), trained until its "
-                 "validation loss stopped improving (train.patience) within train.max_epochs; `matched lr`: every arm "
-                 "at train.lr within train.matched_max_epochs, the rebuttal's one rate for all and the budget it had "
-                 "here before (the frozen arms do not converge within it); `equal steps`: every arm at its tuned rate "
-                 "after the same train.screen_epochs epochs; `theory protocol`, for the spread ratios: E frozen at E1 "
-                 "with v at v0 and p from gradient flow in place of the trained one-step arm.")
 METHOD_NOTE = ("Each claim is measured on every seed it runs ({seeds} for the theory and the phase diagram, "
                "{training} for training, and on real data the gradient flow on its dataset's gradient_flow.seeds); "
                "`ours` is the mean with its 95 % interval (Student's t over the seeds). A presence claim holds when "
@@ -422,9 +305,9 @@ def d_sweep_rows(config: Config) -> list[list[str]]:
         if not path.exists():
             continue
         sweep = pd.read_csv(path)
-        for d, cells in sweep.groupby("d"):
-            arms = {arm: cells[cells["arm"] == arm]["test_accuracy"] for arm in ("trained", "untrained")}
-            rows.append([dataset, f"{d:g}", f"{cells['d_over_vocabulary'].mean():.3g}",
+        for d, at_d in sweep.groupby("d"):
+            arms = {arm: at_d[at_d["arm"] == arm]["test_accuracy"] for arm in ("trained", "untrained")}
+            rows.append([dataset, f"{d:g}", f"{at_d['d_over_vocabulary'].mean():.3g}",
                          *(f"{values.mean():.3f} +- {values.std():.3f}" for values in arms.values()),
                          f"{arms['trained'].mean() - arms['untrained'].mean():.3f}", f"{len(arms['trained'])}"])
     return rows
@@ -452,59 +335,17 @@ def _relative(path: Path, start: Path) -> str:
     return Path(*[".."] * len(start.parts), path).as_posix()
 
 
-STYLE = """body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;width:100%;font-size:13px;margin-bottom:1.5em}
-th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
-td.holds,td.good{background:#e6f4ea}td.fails,td.bad{background:#fce8e6;font-weight:bold}
-td.inconclusive{background:#fef7e0}td.missing{background:#f1f1f1}td.exploratory{background:#e8f0fe}
-img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}
-td.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}
-.warning{border:2px solid #d73027;background:#fce8e6;padding:.6em 1em;margin:1em 0;font-size:15px}
-.verdict{border-left:5px solid #4575b4;background:#f4f6fb;padding:.4em 1em;margin:1em 0}
-.verdict-list li{margin:.3em 0}.legend .token{margin-right:.6em}"""
-
-
-def _verdict_class(verdict: str) -> str:
-    if verdict.startswith(("exploratory", "not tested")):
-        return "exploratory"
-    return verdict if verdict in ("holds", "fails", "inconclusive") else "missing"
-
-
-def _control_class(item: Assessment) -> str:
-    """Coloured by whether the control behaved: one that fails does what it must (green), one that holds is the bad
-    case (red); inconclusive in between."""
-    if item.measurement is None or item.control_behaved is None:
-        return "inconclusive" if item.control_verdict == "inconclusive" else "missing"
-    return "good" if item.control_behaved else "bad"
-
-
-def html_table(header: list[str], rows: Iterable[list[str]], classes: Iterable[list[str]] | None = None,
-               raw: tuple[int, ...] = ()) -> str:
-    """A table with escaped cells (but the columns in `raw`, already HTML) and a class per cell ("": none)."""
-    escape = html.escape
-    rows = list(rows)
-    classes = list(classes) if classes is not None else [[""] * len(header) for _ in rows]
-
-    def cell(column: int, kind: str, value: str) -> str:
-        opening = f"<td class='{kind}'>" if kind else "<td>"
-        return opening + (value if column in raw else escape(value)) + "</td>"
-
-    body = "".join("<tr>" + "".join(cell(column, kind, value) for column, (kind, value)
-                                    in enumerate(zip(kinds, row, strict=True))) + "</tr>"
-                   for row, kinds in zip(rows, classes, strict=True))
-    return "<table><tr>" + "".join(f"<th>{escape(name)}</th>" for name in header) + "</tr>" + body + "</table>"
-
-
 SENSITIVITY_HEADER = ["claim", "data", "protocol", "ours: mean [95 % interval]", "threshold", "verdict", "detail"]
-TEMPLATE = Path(__file__).with_suffix(".jinja")  # the report once, in either markup
+TEMPLATE = Path(__file__).with_name("document.md.jinja")  # the report, in Markdown; report.html is made from it
 
 
 @dataclass(frozen=True)
 class Table:
     header: list[str]
     rows: list[list[str]]
-    kinds: list[list[str]] | None = None  # each cell's class in HTML ("": none): a verdict's colour
-    raw: tuple[int, ...] = ()  # the columns already in the page's markup (links, anchors)
+
+    def __str__(self) -> str:
+        return "\n".join(table(self.header, self.rows))
 
 
 @dataclass(frozen=True)
@@ -517,8 +358,7 @@ class Block:
 
 
 class FirstLines(Protocol):
-    """The report's first lines (toksel.report.header.Header, which this module does not import: the stages that
-    render their summaries with it would rerun on every edit of the header)."""
+    """The report's first lines (toksel.report.header.Header)."""
 
     warning: str
     verdict: Any  # header.Verdict: lead, items
@@ -527,71 +367,49 @@ class FirstLines(Protocol):
     datasets: list[list[str]]
 
 
-@dataclass(frozen=True)
-class Shown:
-    caption: str
-    source: str  # the figure's path relative to the report (Markdown), or its bytes as a data: URI (HTML)
-
-
-def _claims_table(section: list[Row], calibration: Calibration, markup: str) -> Table:
-    values = [cells(row, calibration, markup) for row in section]
-    if markup == "md":  # a failing verdict in bold; HTML colours it instead
-        values = [[f"**{value}**" if i == VERDICT_COLUMN and value == "fails" else value
-                   for i, value in enumerate(row)] for row in values]
-    kinds = [[_verdict_class(value) if i == VERDICT_COLUMN else _control_class(row.assessment)
-              if i == CONTROL_COLUMN else "" for i, value in enumerate(shown)]
-             for row, shown in zip(section, values, strict=True)]
-    return Table(HEADER, values, kinds, raw=(HEADER.index("calibration"),))
-
-
-def blocks(sections: dict[str, list[Row]], found: list, calibration: Calibration, sweep: list[list[str]],
-           markup: str) -> list[Block]:
-    """The report's sections in `markup` ("md" or "html"): the claims', the calibration, the d sweep, the
-    protocols."""
-    shown = [Block(heading, [], _claims_table(section, calibration, markup)) for heading, section in sections.items()]
+def blocks(sections: dict[str, list[Row]], found: list, calibration: Calibration,
+           sweep: list[list[str]]) -> list[Block]:
+    """The report's sections: the claims', the calibration, the d sweep, the protocols."""
+    shown = [Block(heading, [], Table(HEADER, [cells(row, calibration) for row in section]))
+             for heading, section in sections.items()]
     heading = "How each verdict rule is calibrated"
     if calibration:
-        rows = calibration_rows(calibration, anchor=markup)
-        kinds = [[""] * (len(row) - 1) + ["good" if row[-1] == "calibrated" else "bad"] for row in rows]
-        shown.append(Block(heading, [CALIBRATION_NOTE], Table(CALIBRATION_HEADER, rows, kinds, raw=(0,))))
+        shown.append(Block(heading, [CALIBRATION_NOTE], Table(CALIBRATION_HEADER, calibration_rows(calibration))))
     else:
         shown.append(Block(heading, ["The calibration stage has not run (dvc repro calibrate)."]))
     if sweep:
         shown.append(Block("Beyond the paper: trained against random frozen embeddings as d grows", [D_SWEEP_NOTE],
                            Table(D_SWEEP_HEADER, sweep)))
     if found:
-        values = [[claim.statement, data, protocol, interval_text(item.interval), item.threshold_text, item.verdict,
-                   item.measurement.detail] for claim, data, protocol, item in found]
-        kinds = [["", "", "", "", "", _verdict_class(row[5]), ""] for row in values]
-        shown.append(Block("How the protocol moves the verdicts", [PROTOCOL_NOTE],
-                           Table(SENSITIVITY_HEADER, values, kinds)))
+        values = [[f"`{claim.id}` {claim.statement}", data, protocol, interval_text(item.interval),
+                   item.threshold_text, item.verdict, item.measurement.detail] for claim, data, protocol, item in found]
+        shown.append(Block("How the protocol moves the verdicts", [PROTOCOL_NOTE], Table(SENSITIVITY_HEADER, values)))
     return shown
 
 
-def render(markup: str, title: str, sections: dict[str, list[Row]], found: list,
-           figures: Iterable[tuple[str, Path]], out: Path, readings: str = "", calibration: Calibration = (),
-           notes: Iterable[str] = (), sweep: list[list[str]] = (), header: FirstLines | None = None,
-           method: str = "", extra: Iterable[Block] = ()) -> str:
-    """The report in `markup`: "md" (figures linked relative to `out`, the report's folder) or "html" (one file,
-    every figure embedded, readable offline), from the one template (document.jinja). header: its first lines
-    (toksel.report.header), method: how a claim is judged (method_note); extra: sections after the others."""
+def render(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]], out: Path,
+           readings: str = "", calibration: Calibration = (), notes: Iterable[str] = (),
+           sweep: list[list[str]] = (), header: FirstLines | None = None, method: str = "",
+           extra: Iterable[Block] = ()) -> str:
+    """The report in Markdown (figures linked relative to `out`, the report's folder), from its template
+    (document.md.jinja). header: its first lines (toksel.report.header), method: how a claim is judged
+    (method_note); extra: sections after the others. toksel.report.page makes the HTML page of it."""
     import jinja2
 
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=False,
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    environment.globals |= {
-        "html_table": lambda content: html_table(content.header, content.rows, content.kinds, content.raw),
-        "markdown_table": lambda content: "\n".join(table(content.header, content.rows))}
-    shown = [Shown(caption, _relative(path, out) if markup == "md" else
-                   "data:image/png;base64," + base64.b64encode(_as_written(path).read_bytes()).decode("ascii"))
-             for caption, path in figures]
     page = environment.get_template(TEMPLATE.name).render(
-        html=markup == "html", title=title, style=STYLE, headline=headline(tally(sections)), method=method,
-        header=header, run_table=header and Table(header.columns, header.datasets),
-        notes=[note for note in notes if note],
-        blocks=[*blocks(sections, found, calibration, sweep, markup), *extra],
-        readings=readings, measures=Table(MEASURES_HEADER, measures_rows()), figures=shown)
+        title=title, headline=headline(tally(sections)), method=method, header=header,
+        run_table=header and Table(header.columns, header.datasets), notes=[note for note in notes if note],
+        blocks=[*blocks(sections, found, calibration, sweep), *extra], readings=readings,
+        measures=Table(MEASURES_HEADER, measures_rows()),
+        figures=[(caption, _relative(path, out)) for caption, path in figures])
     return page.rstrip("\n") + "\n"
+
+
+def embedded(figures: Iterable[tuple[str, Path]], out: Path) -> dict[str, Path]:
+    """Each figure's link in report.md, and the file report.html embeds for it."""
+    return {_relative(path, out): _as_written(path) for _, path in figures}
 
 
 def _as_written(path: Path) -> Path:
@@ -632,19 +450,3 @@ def forest_rows(sections: dict[str, list[Row]]) -> list[tuple[str, Assessment]]:
             for row in section if row.assessment.measurement is not None and row.assessment.verdict != "described"]
 
 
-def publish_summary(run: RunRecord, out: Path, summary: str, metrics: Mapping[str, Any],
-                    verdicts: Mapping[str, float] | None = None) -> None:
-    """A stage's summary.md (also an artifact of its MLflow run), its metrics.json and, for a stage that judges
-    claims, its verdict counts (verdicts.json), which the stage's line on the console gives."""
-    write_text(out / "summary.md", summary)
-    run.log_artifact(out / "summary.md")
-    run.record_metrics(out / "metrics.json", metrics)
-    if verdicts is not None:
-        write_json(out / "verdicts.json", verdicts)
-        run.outcome = f"the claims: {verdict_words(verdicts)}"
-
-
-def verdict_words(verdicts: Mapping[str, float]) -> str:
-    """12 hold, 1 fails, 3 inconclusive."""
-    held, failed, unclear = (int(verdicts[name]) for name in ("held", "failed", "inconclusive"))
-    return f"{held} hold{'s' if held == 1 else ''}, {failed} fail{'s' if failed == 1 else ''}, {unclear} inconclusive"

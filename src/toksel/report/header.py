@@ -16,9 +16,9 @@ from pathlib import Path
 
 from toksel.claims.catalogue import Assessment, Claim
 from toksel.data.draws import what_varies
-from toksel.report.markdown import number
 from toksel.runtime.config import Config
 from toksel.runtime.io import read_json
+from toksel.summaries.markdown import number
 
 FULL = "full"  # params.yaml's own values: the paper's sizes, the ablations at their CPU size
 # The profiles that run at least the paper's sizes: no warning. Every other profile is a small run.

@@ -13,8 +13,8 @@ compares with the rest, and a peaked one is dark on the few tokens it selects.
 
 from __future__ import annotations
 
-import html
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,14 +23,14 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.models.reading import Reading, read_sequence
-from toksel.report.markdown import escape
 from toksel.runtime.config import EMBEDDINGS, Config
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
+from toksel.summaries.markdown import escape
 
 MODEL = "model.npz"  # what a training stage keeps of each fitted model (training/record.py)
 MAX_TOKENS = 40  # a review shown whole on a line or two
-TOP_WORDS = 3  # the Markdown version names the words with the largest weights
+TOP_WORDS = 3  # the words with the largest weights, named beside each reading
 SHADE_CAP = 10.0  # w T from which a token is shaded darkest: ten times the uniform weight
 LEGEND = (1.0, 2.0, 5.0, SHADE_CAP)  # the w T values the legend shows
 SHADE_RGB = "33, 102, 172"
@@ -111,61 +111,57 @@ def shade(weight: float, length: int) -> float:
     return 0.0 if ratio <= 1.0 else min(1.0, math.log(ratio) / math.log(SHADE_CAP))
 
 
+MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>])")
+
+
+def literal(word: str) -> str:
+    """A review's word as Markdown text, read as it is (a `*` or a backquote starts nothing)."""
+    return MARKDOWN_PUNCTUATION.sub(r"\\\1", word)
+
+
 def _token(word: str, weight: float, length: int) -> str:
     """A token shaded by shade(); white text on the darkest shades, to stay readable."""
     alpha = shade(weight, length)
     colour = "; color: #fff" if alpha > 0.6 else ""
     return (f"<span class='token' title='weight {weight:.3f}, {over_uniform(weight, length):.1f} x uniform' "
-            f"style='background: rgba({SHADE_RGB}, {alpha:.2f}){colour}'>{html.escape(word)}</span>")
+            f"style='background: rgba({SHADE_RGB}, {alpha:.2f}){colour}'>{literal(word)}</span>")
 
 
-def legend_html() -> str:
+def legend() -> str:
     """The shading scale: a swatch for each value of LEGEND, and what the scale is."""
     swatches = " ".join(_token(f"{ratio:g} x uniform" + (" or more" if ratio == SHADE_CAP else ""), ratio, 1)
                         for ratio in LEGEND)
-    return (f"<p class='legend'>Shading: {swatches}</p><p>Each token is shaded by its weight w against the uniform "
-            f"weight 1/T of its review of T tokens: none at or below uniform (w T &le; 1), deeper with log(w T) "
-            f"above it, the darkest from {SHADE_CAP:g} x uniform. One scale for every review and arm: a pale "
-            "reading spreads its attention, a dark token is one it selects. Hover a token for its weight.</p>")
+    return (f"Shading: <span class='legend'>{swatches}</span>. Each token is shaded by its weight w against the "
+            "uniform weight 1/T of its review of T tokens: none at or below uniform (w T <= 1), deeper with log(w T) "
+            f"above it, the darkest from {SHADE_CAP:g} x uniform. One scale for every review and arm: a pale reading "
+            "spreads its attention, a dark token is one it selects. Hover a token in report.html for its weight.")
 
 
-def readings_markdown(reviews: list[ShownReview]) -> list[str]:
-    """Per review and arm: the prediction and the words with the largest weights (report.html shades them all)."""
-    if not reviews:
-        return []
-    lines = ["## What the models select in real reviews", "",
-             "Short test reviews, read by each embedding arm's model (first seed): the prediction and the "
-             f"{TOP_WORDS} words with the largest attention weight, each with its weight and w T, the weight against "
-             f"the uniform weight 1/T of a review of T tokens (1: uniform). report.html shades every token on that "
-             f"scale, the same for every review and arm (none at or below uniform, the darkest from {SHADE_CAP:g} x "
-             "uniform).", ""]
-    for review in reviews:
-        lines += [f"**{escape(_caption(review))}**: {escape(' '.join(review.words))}", ""]
-        rows = []
-        for arm, reading in review.readings.items():
-            top = np.argsort(-reading.weights, kind="stable")[:TOP_WORDS]
-            rows.append(f"| {arm} | {escape(_prediction(reading, review.num_classes))} | "
-                        + ", ".join(f"{escape(review.words[i])} ({reading.weights[i]:.2f}, "
-                                    f"{over_uniform(reading.weights[i], len(review.words)):.1f} x)" for i in top)
-                        + " |")
-        lines += ["| embeddings | prediction | largest weights |", "|---|---|---|", *rows, ""]
-    return lines
+def _largest(review: ShownReview, reading: Reading) -> str:
+    """The prediction and the TOP_WORDS words with the largest weights, each with its weight and w T."""
+    length = len(review.words)
+    top = np.argsort(-reading.weights, kind="stable")[:TOP_WORDS]
+    words = ", ".join(f"{literal(review.words[i])} ({reading.weights[i]:.2f}, "
+                      f"{over_uniform(reading.weights[i], length):.1f} x)" for i in top)
+    return f"{escape(_prediction(reading, review.num_classes))}; {words}"
 
 
-def readings_html(reviews: list[ShownReview]) -> str:
-    """The same reviews with each token shaded by its weight against uniform (shade), with the scale's legend."""
+def readings_section(reviews: list[ShownReview]) -> str:
+    """The section in Markdown: per review and arm, the prediction, the largest weights and the review with every
+    token shaded by its weight against uniform (inline HTML: report.html shows the shades, report.md the words)."""
     if not reviews:
         return ""
-    parts = ["<h2 id='readings'>What the models select in real reviews</h2><p>Short test reviews, read by each "
-             "embedding arm's model (first seed), each token shaded by its attention weight.</p>", legend_html()]
+    lines = ["## What the models select in real reviews", "",
+             "Short test reviews, read by each embedding arm's model (first seed): the prediction, the "
+             f"{TOP_WORDS} words with the largest attention weight, each with its weight and w T, and the review "
+             "with every token shaded.", "", legend(), ""]
     for review in reviews:
-        parts.append(f"<h3>{html.escape(_caption(review))}</h3><table class='readings'>")
         length = len(review.words)
+        lines += [f"### {escape(_caption(review))}", "", "| embeddings | prediction; largest weights | review |",
+                  "|---|---|---|"]
         for arm, reading in review.readings.items():
             shaded = " ".join(_token(word, weight, length)
                               for word, weight in zip(review.words, reading.weights, strict=True))
-            peak = over_uniform(reading.weights.max(), length)
-            prediction = html.escape(f"{_prediction(reading, review.num_classes)}; largest weight {peak:.1f} x uniform")
-            parts.append(f"<tr><th>{html.escape(arm)}</th><td>{prediction}</td><td class='reading'>{shaded}</td></tr>")
-        parts.append("</table>")
-    return "".join(parts)
+            lines.append(f"| {arm} | {_largest(review, reading)} | <span class='reading'>{shaded}</span> |")
+        lines.append("")
+    return "\n".join(lines) + "\n"

@@ -20,9 +20,9 @@ import pandas as pd
 
 from toksel.claims.measurements import EPOCHS, seed_metrics
 from toksel.claims.verdict import seed_interval
-from toksel.report.markdown import number
 from toksel.runtime.config import EMBEDDINGS, Config
 from toksel.runtime.paths import results_dir, seed_dir
+from toksel.summaries.markdown import number
 
 PAPER_UNTRAINED = 0.72  # the rebuttal's random frozen embeddings
 SPREADS = ("bin_spread_v", "bin_spread_p", "bin_std_v", "bin_std_p")  # scale-free, then raw

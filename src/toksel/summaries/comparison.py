@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toksel.report.markdown import MISSING, table
 from toksel.runtime.config import EMBEDDINGS
+from toksel.summaries.markdown import MISSING, table
 
 # The paper's numbers (rebuttal): dataset not named; "test error" read as the test loss.
 PAPER = {
