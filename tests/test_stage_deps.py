@@ -100,6 +100,14 @@ def test_the_report_s_own_code_reruns_the_report_alone(stages):
     assert [name for name, stage in stages.items() if "src/toksel/report" in _paths(stage, "deps")] == ["report"]
 
 
+def test_what_git_keeps_persists_so_a_stopped_stage_keeps_it(stages):
+    """DVC deletes a stage's outputs before it runs it: those in its cache come back with `dvc checkout`, those in git
+    (cache: false) must persist, or a stage stopped or refused would lose them until it reran."""
+    outs = [out for stage in stages.values() for out in stage.outs]
+    assert [str(out.def_path) for out in outs if not out.use_cache and not out.persist] == []
+    assert any(not out.use_cache for out in outs) and any(out.use_cache and not out.persist for out in outs)
+
+
 def missing_lineage(stages: dict, name: str, keys: set[str]) -> list[str]:
     """`<stage>: <key>` for each value of a stage whose outputs `name` reads that `keys` leave out."""
     made_by = {path: source for source, stage in stages.items() for path in _paths(stage, "outs")}
