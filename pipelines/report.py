@@ -20,6 +20,7 @@ from toksel.claims.ledger import CHANGED
 from toksel.figures.plots import save_figure
 from toksel.report.document import (
     Block,
+    Content,
     Table,
     d_sweep_rows,
     embedded,
@@ -127,8 +128,8 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
     extra = training_blocks(config) + ledger_blocks(read_ledger())
-    markdown = render(TITLE, sections, found, shown, OUT, readings_section(reviews), calibration, notes, sweep,
-                      first, method_note(config), extra)
+    content = Content(shown, readings_section(reviews), calibration, notes, sweep, first, method_note(config), extra)
+    markdown = render(TITLE, sections, found, content, OUT)
     write_text(OUT / "report.md", markdown)
     write_text(OUT / "report.html", page(markdown, TITLE, embedded(shown, OUT)))
     for name in ("report.md", "report.html"):

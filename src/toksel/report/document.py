@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -387,23 +387,36 @@ def blocks(sections: dict[str, list[Row]], found: list, calibration: Calibration
     return shown
 
 
-def render(title: str, sections: dict[str, list[Row]], found: list, figures: Iterable[tuple[str, Path]], out: Path,
-           readings: str = "", calibration: Calibration = (), notes: Iterable[str] = (),
-           sweep: list[list[str]] = (), header: FirstLines | None = None, method: str = "",
-           extra: Iterable[Block] = ()) -> str:
+@dataclass(frozen=True)
+class Content:
+    """What the report shows besides its claims' rows: its figures (captions and files), the readings of real
+    reviews (readings.readings_section), the calibration's rows, notes, the d sweep's rows, its first lines
+    (toksel.report.header), how a claim is judged (method_note) and sections after the others."""
+
+    figures: Sequence[tuple[str, Path]] = ()
+    readings: str = ""
+    calibration: Calibration = ()
+    notes: Sequence[str] = ()
+    sweep: list[list[str]] = ()
+    header: FirstLines | None = None
+    method: str = ""
+    extra: Sequence[Block] = ()
+
+
+def render(title: str, sections: dict[str, list[Row]], found: list, content: Content, out: Path) -> str:
     """The report in Markdown (figures linked relative to `out`, the report's folder), from its template
-    (document.md.jinja). header: its first lines (toksel.report.header), method: how a claim is judged
-    (method_note); extra: sections after the others. toksel.report.page makes the HTML page of it."""
+    (document.md.jinja); found: the protocol table's rows (sensitivity). toksel.report.page makes the HTML page."""
     import jinja2
 
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=False,
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    header = content.header
     page = environment.get_template(TEMPLATE.name).render(
-        title=title, headline=headline(tally(sections)), method=method, header=header,
-        run_table=header and Table(header.columns, header.datasets), notes=[note for note in notes if note],
-        blocks=[*blocks(sections, found, calibration, sweep), *extra], readings=readings,
-        measures=Table(MEASURES_HEADER, measures_rows()),
-        figures=[(caption, _relative(path, out)) for caption, path in figures])
+        title=title, headline=headline(tally(sections)), method=content.method, header=header,
+        run_table=header and Table(header.columns, header.datasets), notes=[note for note in content.notes if note],
+        blocks=[*blocks(sections, found, content.calibration, content.sweep), *content.extra],
+        readings=content.readings, measures=Table(MEASURES_HEADER, measures_rows()),
+        figures=[(caption, _relative(path, out)) for caption, path in content.figures])
     return page.rstrip("\n") + "\n"
 
 

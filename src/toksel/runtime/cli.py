@@ -53,15 +53,15 @@ Variant = Callable[[Config], str]  # what tells a stage's runs on one dataset ap
 
 
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
-              seeded: bool = False, every_seed: SeedsFolder | None = None, seeds: Seeds | None = None,
-              per_dataset: bool = True, variant: Variant | None = None) -> int:
+              every_seed: SeedsFolder | None = None, seeds: Seeds | None = None, per_dataset: bool = True,
+              variant: Variant | None = None) -> int:
     """Run `body` as the stage `stage` (its config sections `sections`).
 
-    seeded: the run is of one seed (`seed=`, tagged). every_seed: the body runs once for every seed of base.seeds,
-    each seed a unit of work (runtime/fanout.py: a process each, or a cluster's worker) with its own run record
-    tagged `seed`, as a stage per seed would be, its outputs written here with all the others'; the metrics the
-    seeds record under every_seed(config) are then gathered into <that folder>.json, keyed by their folders
-    (seed0.<name>, or <arm>.seed0.<name>), for `dvc metrics`.
+    every_seed: the body runs once for every seed of base.seeds, each seed a unit of work (runtime/fanout.py: a
+    process each, or a cluster's worker) with its own run record tagged `seed`, as a stage per seed would be, its
+    outputs written here with all the others'; the metrics the seeds record under every_seed(config) are then
+    gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for
+    `dvc metrics`.
     seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
     per_dataset: the stage works on one dataset (False: on all of them, as the report). variant: what tells its
     runs from the same stage's on the same dataset, for their names (an ablation's variant).
@@ -73,14 +73,12 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
         try:
             overrides = [arg for arg in argv if arg not in ("-h", "--help")]
             print("\n".join(describe(load_config(overrides), sections)))
-            if seeded:
-                print(f"  {'seed=0':<44} the model seed of this run")
         except ToksError as error:
             print(f"  ({error})")
         return 0
     silence_known_warnings()
     with _signals_raise():
-        return _run(stage, sections, body, argv, seeded, every_seed, seeds, from_command_line,
+        return _run(stage, sections, body, argv, every_seed, seeds, from_command_line,
                     RunNaming(stage, per_dataset, variant))
 
 
@@ -164,7 +162,7 @@ def _pipeline(read_params: Path) -> dict[str, str]:
             "params_yaml": read_params.read_text() if read_params.exists() else ""}
 
 
-def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str], seeded: bool,
+def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str],
          every_seed: SeedsFolder | None, seeds: Seeds | None, from_command_line: bool, naming: RunNaming) -> int:
     try:
         if from_command_line:
@@ -187,7 +185,7 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         records = []
         with outputs_together():
             if every_seed is None:
-                record = naming.record(config, sections, seeded, told_dataset(argv), recorded)
+                record = naming.record(config, sections, False, told_dataset(argv), recorded)
                 started = time.perf_counter()
                 with record.run():
                     body(config, record)
