@@ -2,9 +2,10 @@ import dataclasses
 import re
 import typing
 
+import pydantic
 import pytest
 import yaml
-from omegaconf import MISSING, OmegaConf
+from omegaconf import OmegaConf
 
 from pipelines import one_step, prepare
 from tests.helpers import ROOT, dataset_entry
@@ -31,7 +32,7 @@ def test_overrides_are_typed():
     [
         ("one_step.eta00=1", "unknown key 'one_step.eta00'"),
         ("bogus.key=1", "unknown key 'bogus'"),
-        ("one_step.eta0=-1", "one_step.eta0 = -1.0 is out of range: must be > 0.0"),
+        ("one_step.eta0=-1", "one_step.eta0 = -1 is out of range: must be > 0.0"),
         ("data.synthetic.delta=1.5", "data.synthetic.delta = 1.5 is out of range: must be <= 1.0"),
         ("model.d=0", "model.d = 0 is out of range: must be >= 1"),
         ("model.d=abc", "model.d"),
@@ -57,7 +58,7 @@ def test_params_hash_is_stable_and_sensitive():
 def test_stage_with_bad_override_exits_2_with_one_line_and_writes_nothing(project, capsys):
     assert prepare.main(["one_step.eta0=-3"]) == 2
     error = capsys.readouterr().err.strip()
-    assert error == "prepare: config error: one_step.eta0 = -3.0 is out of range: must be > 0.0"
+    assert error == "prepare: config error: one_step.eta0 = -3 is out of range: must be > 0.0"
     assert not (project / "data").exists() and not (project / "mlflow.db").exists()
 
 
@@ -128,20 +129,13 @@ def _params_keys(tree, prefix=""):
 
 
 def _defaults_in_schema(cls, prefix=""):
-    """Every value the schema itself holds: a leaf's default, or a nested section made with values of its own."""
-    found = {}
-    for spec in dataclasses.fields(cls):
-        key = prefix + spec.name
-        if spec.default_factory is not dataclasses.MISSING:
-            value = spec.default_factory()
-            if dataclasses.is_dataclass(value):
-                if value != type(value)():
-                    found[key] = value
-                found |= _defaults_in_schema(type(value), f"{key}.")
-                continue
-            found[key] = value
-        elif spec.default is not MISSING:
-            found[key] = spec.default
+    """Every value the schema itself holds: each field's default (a field without one is required)."""
+    schema = pydantic.TypeAdapter(cls).json_schema()
+    found = {prefix + name: spec.get("default") for name, spec in schema["properties"].items()
+             if name not in schema.get("required", [])}
+    for name, kind in typing.get_type_hints(cls).items():
+        nested = next((arg for arg in (kind, *typing.get_args(kind)) if dataclasses.is_dataclass(arg)), None)
+        found |= _defaults_in_schema(nested, f"{prefix}{name}.") if nested else {}
     return found
 
 

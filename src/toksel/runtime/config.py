@@ -1,8 +1,8 @@
 """params.yaml + `key=value` overrides -> one typed, validated config object.
 
-The schema is a tree of dataclasses read through OmegaConf in struct mode, so an unknown key or a value of the
-wrong type is rejected at load. Range limits live next to each field (`bounded`) and are checked after the
-merge; every message names the full key.
+The schema is a tree of pydantic dataclasses: each field's type, its range or choices and its description. OmegaConf
+reads params.yaml and the `key=value` overrides and merges them; pydantic validates the result against the schema,
+and its first complaint becomes one line that names the full key.
 """
 
 from __future__ import annotations
@@ -12,33 +12,26 @@ import functools
 import hashlib
 import io
 import json
-import math
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional  # noqa: UP035  (OmegaConf needs the typing forms)
+from typing import Any, Dict, List, Literal, Optional  # noqa: UP035  (pydantic resolves these forms)
 
+import pydantic
 import yaml
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import Field
 
 from toksel.runtime.errors import ToksError
 
-
-# params.yaml holds every value; the schema holds types, bounds and descriptions only. A field's default is
-# MISSING, so a key params.yaml lacks is an error, not a value hidden in the code (the run keys, dataset and seed,
-# set per run on the command line, are the exception).
-def bounded(default: Any = MISSING, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-            choices: Sequence[str] | None = None, help: str = "") -> Any:
-    """A dataclass field with an allowed range or set of choices and a one-line description."""
-    return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "choices": choices, "help": help})
-
-
-def limit(*, help: str) -> Any:
-    """A cap on how many of something are kept: a non-negative integer, 0 for no cap."""
-    return bounded(ge=0, help=help)
+# params.yaml holds every value; the schema holds types, bounds and descriptions only. A field without a default is
+# required, so a key params.yaml lacks is an error, not a value hidden in the code (the run keys, dataset and seed,
+# set per run on the command line, are the exception). Numbers must be finite; a number given for a text is read as
+# text, as YAML would write it.
+dataclass = pydantic.dataclasses.dataclass(
+    kw_only=True, config=pydantic.ConfigDict(extra="forbid", allow_inf_nan=False, coerce_numbers_to_str=True))
 
 
 # The sections a `datasets` entry may override; dvc.yaml tracks datasets.<name>.<section> for each.
@@ -47,26 +40,25 @@ DATASET_SECTIONS = ("data", "model", "one_step", "gradient_flow", "train")
 
 @dataclass
 class BaseConfig:
-    data_seed: int = bounded(ge=0, help="seed of the data: the synthetic generator, the subsamples, the "
-                                           "controls' shuffled labels")
-    seeds: List[int] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "the seeds every stochastic stage runs with (initialisation, validation split, batch "
-                          "order, and the data where they are drawn); each claim's interval is over them. A "
-                          "costly stage runs the first few (its section's `seeds`)"})
+    data_seed: int = Field(ge=0,
+        description="seed of the data: the synthetic generator, the subsamples, the controls' shuffled labels")
+    seeds: List[int] = Field(  # noqa: UP006
+        description="the seeds every stochastic stage runs with (initialisation, validation split, batch order, and "
+                    "the data where they are drawn); each claim's interval is over them. A costly stage runs the first"
+                    " few (its section's `seeds`)")
 
 
 @dataclass
 class SyntheticConfig:
-    mode: str = bounded(choices=("assumption1", "independent"),
-                        help="assumption1: one relevant token per sequence; independent: i.i.d. positions")
-    n_positive: int = bounded(ge=1, help="size of the positive token set")
-    n_negative: int = bounded(ge=1, help="size of the negative token set")
-    n_irrelevant: int = bounded(ge=1, help="size of the irrelevant token set")
-    seq_len: int = bounded(ge=2, help="T, tokens per sequence")
-    n_train: int = bounded(ge=2, help="training sequences (even in assumption1 mode: built in +/- pairs)")
-    n_test: int = bounded(ge=2, help="test sequences")
-    delta: float = bounded(ge=0.0, le=1.0, help="independent mode: probability of an irrelevant token")
+    mode: Literal["assumption1", "independent"] = Field(
+        description="assumption1: one relevant token per sequence; independent: i.i.d. positions")
+    n_positive: int = Field(ge=1, description="size of the positive token set")
+    n_negative: int = Field(ge=1, description="size of the negative token set")
+    n_irrelevant: int = Field(ge=1, description="size of the irrelevant token set")
+    seq_len: int = Field(ge=2, description="T, tokens per sequence")
+    n_train: int = Field(ge=2, description="training sequences (even in assumption1 mode: built in +/- pairs)")
+    n_test: int = Field(ge=2, description="test sequences")
+    delta: float = Field(ge=0.0, le=1.0, description="independent mode: probability of an irrelevant token")
 
 
 # A file dataset's files lie in this folder of the project, which check_params depends on in dvc.yaml: a changed
@@ -77,34 +69,37 @@ FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "p
 
 @dataclass
 class DataConfig:
-    source: str = bounded(choices=("synthetic", "hub", "file"),
-                          help="synthetic: our generator; hub: a Hugging Face dataset (or its mirror); file: a "
-                               "CSV, JSON Lines or Parquet file of the project's data/own/")
-    hub_id: str = bounded(help="Hub id, e.g. stanfordnlp/imdb (source hub)")
-    path: str = bounded(help="source file: the file under data/own/, e.g. data/own/reviews.csv: the training "
-                             "split, or every row when test_path is empty")
-    test_path: str = bounded(help="source file: the test split's file under data/own/ (empty: test_fraction of "
-                                  "path's rows)")
-    test_fraction: float = bounded(gt=0.0, le=0.5, help="source file without test_path: the share of path's rows "
-                                                         "held out as the test split (the same rows on every run)")
-    text_column: str = bounded(help="column holding the text")
-    label_column: str = bounded(help="column holding the integer label")
-    num_classes: int = bounded(ge=2, help="labels must lie in 0 .. num_classes - 1")
-    labels: Optional[List[int]] = bounded(  # noqa: UP006, UP045
-        help="keep the rows with these source labels, renumbered 0 .. K-1 in this order (null: all rows)")
-    tokenizer: str = bounded(choices=("word", "wordpiece", "bpe"),
-                             help="word: lowercase words and punctuation; wordpiece/bpe: trained on train")
-    subword_vocab_size: int = bounded(ge=100, help="vocabulary size a subword tokenizer is trained to")
-    min_count: int = bounded(ge=1, help="keep tokens seen at least this often in the training split")
-    max_vocab: int = limit(help="keep at most this many most frequent tokens (0: no limit)")
-    max_train: int = limit(help="label-balanced, seeded subsample of the train split (0: all)")
-    max_test: int = limit(help="label-balanced, seeded subsample of the test split (0: all)")
-    bootstrap: bool = bounded(help="where the training split is used whole (no subsample, or one that takes every "
-                                   "row), each seed trains on its own bootstrap resample of it, so that the seeds "
-                                   "vary the data")
-    max_len: Optional[int] = bounded(ge=1, help="truncate sequences to this many tokens (null: keep all)")  # noqa: UP045
-    synthetic: Optional[SyntheticConfig] = bounded(  # noqa: UP045
-        None, help="source synthetic: the generator's mode and sizes (the dataset's own)")
+    source: Literal["synthetic", "hub", "file"] = Field(
+        description="synthetic: our generator; hub: a Hugging Face dataset (or its mirror); file: a CSV, JSON Lines or"
+                    " Parquet file of the project's data/own/")
+    hub_id: str = Field(description="Hub id, e.g. stanfordnlp/imdb (source hub)")
+    path: str = Field(
+        description="source file: the file under data/own/, e.g. data/own/reviews.csv: the training split, or every "
+                    "row when test_path is empty")
+    test_path: str = Field(
+        description="source file: the test split's file under data/own/ (empty: test_fraction of path's rows)")
+    test_fraction: float = Field(gt=0.0, le=0.5,
+        description="source file without test_path: the share of path's rows held out as the test split (the same rows"
+                    " on every run)")
+    text_column: str = Field(description="column holding the text")
+    label_column: str = Field(description="column holding the integer label")
+    num_classes: int = Field(ge=2, description="labels must lie in 0 .. num_classes - 1")
+    labels: Optional[List[int]] = Field(  # noqa: UP006, UP045
+        description="keep the rows with these source labels, renumbered 0 .. K-1 in this order (null: all rows)")
+    tokenizer: Literal["word", "wordpiece", "bpe"] = Field(
+        description="word: lowercase words and punctuation; wordpiece/bpe: trained on train")
+    subword_vocab_size: int = Field(ge=100, description="vocabulary size a subword tokenizer is trained to")
+    min_count: int = Field(ge=1, description="keep tokens seen at least this often in the training split")
+    max_vocab: int = Field(ge=0, description="keep at most this many most frequent tokens (0: no limit)")
+    max_train: int = Field(ge=0, description="label-balanced, seeded subsample of the train split (0: all)")
+    max_test: int = Field(ge=0, description="label-balanced, seeded subsample of the test split (0: all)")
+    bootstrap: bool = Field(
+        description="where the training split is used whole (no subsample, or one that takes every row), each seed "
+                    "trains on its own bootstrap resample of it, so that the seeds vary the data")
+    max_len: Optional[int] = Field(ge=1,  # noqa: UP045
+        description="truncate sequences to this many tokens (null: keep all)")
+    synthetic: Optional[SyntheticConfig] = Field(None,  # noqa: UP045
+        description="source synthetic: the generator's mode and sizes (the dataset's own)")
 
     @property
     def origin(self) -> str:
@@ -121,32 +116,34 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    d: int = bounded(ge=1, help="embedding dimension")
+    d: int = Field(ge=1, description="embedding dimension")
 
 
 @dataclass
 class OneStepConfig:
-    eta0: float = bounded(gt=0.0, help="step size of the single GD step on E (Lemma 4.1)")
+    eta0: float = Field(gt=0.0, description="step size of the single GD step on E (Lemma 4.1)")
 
 
 @dataclass
 class GradientFlowConfig:
-    horizon: float = bounded(gt=0.0, help="the flow time T the flow on p is followed to (error-controlled "
-                                               "gradient steps, each advancing t by its step size)")
-    tolerance: float = bounded(gt=0.0, le=0.1, help="the local error a step may make, relative to "
-                                                         "max(|p|, 1): smaller is closer to the flow and slower")
-    agreement: float = bounded(gt=0.0, help="the flow follows the flow when the same run with every step "
-                                                  "halved agrees within this (|p_t|, loss, selection; radians)")
-    seeds: int = limit(help="how many of base.seeds (the first) the flow runs (0: all of them)")
-    selection_tol: float = bounded(ge=0.0,
-                                   help="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
-    max_margin: bool = bounded(help="solve the max-margin QP of Theorem 4.3 (small data only)")
-    control_penalty: float = bounded(gt=0.0, help="Lemma 4.2's control: the same flow on the loss plus "
-                                                       "lambda/2 |p|^2 with lambda = control_penalty / horizon, "
-                                                       "bounded at a level it reaches within the run")
-    method: str = bounded(choices=("explicit", "implicit", "implicit-krylov"),
-                          help="the integrator: error-controlled gradient steps, or the linearly implicit ROS2 "
-                               "(long steps where the flow is stiff: real data at long horizons)")
+    horizon: float = Field(gt=0.0,
+        description="the flow time T the flow on p is followed to (error-controlled gradient steps, each advancing t "
+                    "by its step size)")
+    tolerance: float = Field(gt=0.0, le=0.1,
+        description="the local error a step may make, relative to max(|p|, 1): smaller is closer to the flow and "
+                    "slower")
+    agreement: float = Field(gt=0.0,
+        description="the flow follows the flow when the same run with every step halved agrees within this (|p_t|, "
+                    "loss, selection; radians)")
+    seeds: int = Field(ge=0, description="how many of base.seeds (the first) the flow runs (0: all of them)")
+    selection_tol: float = Field(ge=0.0, description="s is selected in X if (p/|p|)^T (E_max - E_s) <= selection_tol")
+    max_margin: bool = Field(description="solve the max-margin QP of Theorem 4.3 (small data only)")
+    control_penalty: float = Field(gt=0.0,
+        description="Lemma 4.2's control: the same flow on the loss plus lambda/2 |p|^2 with lambda = control_penalty "
+                    "/ horizon, bounded at a level it reaches within the run")
+    method: Literal["explicit", "implicit", "implicit-krylov"] = Field(
+        description="the integrator: error-controlled gradient steps, or the linearly implicit ROS2 (long steps where "
+                    "the flow is stiff: real data at long horizons)")
 
 
 EMBEDDINGS = ("trained", "untrained", "one_step")
@@ -154,72 +151,73 @@ EMBEDDINGS = ("trained", "untrained", "one_step")
 
 @dataclass
 class TrainConfig:
-    arms: List[str] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "the embedding arms the train stage fits, in turn: trained (E, p, v jointly), untrained (E "
-                          "frozen at its random init), one_step (E frozen at E1; p, v trained in both). dvc.yaml "
-                          "declares all three arms' outputs, and compare reads them"})
-    datasets: List[str] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "dvc.yaml trains the three embedding arms on each of these datasets, every seed"})
-    optimizer: str = bounded(choices=("adam", "sgd"), help="optimiser of every trained parameter")
-    lr_grid: List[float] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "each embedding arm trains at every learning rate here and keeps the one with the lowest "
-                          "validation loss (the same procedure for every arm)"})
-    lr: float = bounded(gt=0.0, help="the learning rate of the ablations, and of the matched-lr protocol "
-                                           "(every arm at this lr, as the paper ran them: the claims' protocol; it "
-                                           "must be in lr_grid)")
-    lr_extensions: int = limit(help="when the best rate of lr_grid is its smallest or largest, screen this "
-                                       "many more rates beyond it at most (the grid's own spacing)")
-    seeds: int = limit(help="how many of base.seeds (the first) the training stages run (0: all of them)")
-    screen_epochs: int = bounded(ge=1, help="each rate of lr_grid first trains this many epochs; the one with the "
-                                               "lowest validation loss goes on from there under the stopping rule")
-    weight_decay: float = bounded(ge=0.0, help="L2 penalty (decoupled for adam: AdamW)")
-    batch_size: int = bounded(ge=1, help="sequences per minibatch")
-    max_epochs: int = bounded(ge=1, help="at most this many epochs (the budget of every fit but the matched ones)")
-    matched_max_epochs: int = bounded(ge=1, help="at most this many epochs for the matched-lr fits (every arm at lr)")
-    patience: int = bounded(ge=1, help="early stopping: epochs without a lower validation loss")
-    val_fraction: float = bounded(gt=0.0, le=0.5, help="share of the train split held out for validation")
-    accelerator: str = bounded(choices=("auto", "cpu", "gpu"), help="auto: a GPU when there is one")
-    strategy: str = bounded(choices=("auto", "ddp"),
-                            help="ddp: one process per device (gloo on CPUs, NCCL on GPUs), each training its share "
-                                 "of every batch; needed for devices or num_nodes above 1")
-    devices: int = bounded(ge=1, help="processes (CPU) or GPUs per node")
-    num_nodes: int = bounded(ge=1, help="machines of a multi-node DDP run (started with torchrun or SLURM)")
-    precision: str = bounded(choices=("32-true", "64-true", "bf16-mixed"), help="Lightning precision")
-    bins: int = bounded(ge=2, help="bins of the posterior difference for the token curves")
-    binning: str = bounded(choices=("equal_width", "quantile"),
-                           help="equal_width (the paper's tables) or quantile (bins of equal token counts)")
-    min_bin_tokens: int = bounded(ge=1, help="a bin with fewer tokens is left out of the curve and its "
-                                                "statistics (its count is still shown)")
-    heldout_min_count: int = bounded(ge=1, help="a token enters the curves and rank statistics when it occurs "
-                                                    "this often in the held-out (test) split, whose labels give "
-                                                    "its statistics")
+    arms: List[str] = Field(  # noqa: UP006
+        description="the embedding arms the train stage fits, in turn: trained (E, p, v jointly), untrained (E frozen "
+                    "at its random init), one_step (E frozen at E1; p, v trained in both). dvc.yaml declares all three"
+                    " arms' outputs, and compare reads them")
+    datasets: List[str] = Field(  # noqa: UP006
+        description="dvc.yaml trains the three embedding arms on each of these datasets, every seed")
+    optimizer: Literal["adam", "sgd"] = Field(description="optimiser of every trained parameter")
+    lr_grid: List[float] = Field(  # noqa: UP006
+        description="each embedding arm trains at every learning rate here and keeps the one with the lowest "
+                    "validation loss (the same procedure for every arm)")
+    lr: float = Field(gt=0.0,
+        description="the learning rate of the ablations, and of the matched-lr protocol (every arm at this lr, as the "
+                    "paper ran them: the claims' protocol; it must be in lr_grid)")
+    lr_extensions: int = Field(ge=0,
+        description="when the best rate of lr_grid is its smallest or largest, screen this many more rates beyond it "
+                    "at most (the grid's own spacing)")
+    seeds: int = Field(ge=0, description="how many of base.seeds (the first) the training stages run (0: all of them)")
+    screen_epochs: int = Field(ge=1,
+        description="each rate of lr_grid first trains this many epochs; the one with the lowest validation loss goes "
+                    "on from there under the stopping rule")
+    weight_decay: float = Field(ge=0.0, description="L2 penalty (decoupled for adam: AdamW)")
+    batch_size: int = Field(ge=1, description="sequences per minibatch")
+    max_epochs: int = Field(ge=1, description="at most this many epochs (the budget of every fit but the matched ones)")
+    matched_max_epochs: int = Field(ge=1,
+        description="at most this many epochs for the matched-lr fits (every arm at lr)")
+    patience: int = Field(ge=1, description="early stopping: epochs without a lower validation loss")
+    val_fraction: float = Field(gt=0.0, le=0.5, description="share of the train split held out for validation")
+    accelerator: Literal["auto", "cpu", "gpu"] = Field(description="auto: a GPU when there is one")
+    strategy: Literal["auto", "ddp"] = Field(
+        description="ddp: one process per device (gloo on CPUs, NCCL on GPUs), each training its share of every batch;"
+                    " needed for devices or num_nodes above 1")
+    devices: int = Field(ge=1, description="processes (CPU) or GPUs per node")
+    num_nodes: int = Field(ge=1, description="machines of a multi-node DDP run (started with torchrun or SLURM)")
+    precision: Literal["32-true", "64-true", "bf16-mixed"] = Field(description="Lightning precision")
+    bins: int = Field(ge=2, description="bins of the posterior difference for the token curves")
+    binning: Literal["equal_width", "quantile"] = Field(
+        description="equal_width (the paper's tables) or quantile (bins of equal token counts)")
+    min_bin_tokens: int = Field(ge=1,
+        description="a bin with fewer tokens is left out of the curve and its statistics (its count is still shown)")
+    heldout_min_count: int = Field(ge=1,
+        description="a token enters the curves and rank statistics when it occurs this often in the held-out (test) "
+                    "split, whose labels give its statistics")
 
 
 SEQUENCE_VARIANTS = ("one_layer", "mlp", "mlp_residual", "two_layer", "two_layer_kq")  # models/sequence.py
+Variant = Literal["one_layer", "mlp", "mlp_residual", "two_layer", "two_layer_kq"]
 
 
 @dataclass
 class ScaleConfig:
-    d: int = bounded(ge=1, help="embedding dimension")
-    max_len: Optional[int] = bounded(ge=1, help="keep each review's first max_len tokens (null: all)")  # noqa: UP045
-    max_train: int = limit(help="seeded subset of the train split, validation included (0: all)")
-    max_test: int = limit(help="seeded subset of the test split (0: all)")
+    d: int = Field(ge=1, description="embedding dimension")
+    max_len: Optional[int] = Field(ge=1,  # noqa: UP045
+        description="keep each review's first max_len tokens (null: all)")
+    max_train: int = Field(ge=0, description="seeded subset of the train split, validation included (0: all)")
+    max_test: int = Field(ge=0, description="seeded subset of the test split (0: all)")
 
 
 @dataclass
 class SequenceConfig:
-    variant: str = bounded(choices=SEQUENCE_VARIANTS,
-                           help="one_layer; mlp: a ReLU layer of width d before the head; mlp_residual: z + that "
-                                "layer; two_layer: residual self-attention, then the <cls> read-out; two_layer_kq: "
-                                "both with trained W_KQ")
-    scale: str = bounded(choices=("cpu", "paper"), help="which size profile below the stage uses")
-    cpu: ScaleConfig = field(default_factory=ScaleConfig)
-    paper: ScaleConfig = field(default_factory=ScaleConfig)
-    batch_size: int = bounded(ge=1, help="sequences per minibatch")
-    bucketed: bool = bounded(help="training batches of similar length (less padding)")
+    variant: Variant = Field(
+        description="one_layer; mlp: a ReLU layer of width d before the head; mlp_residual: z + that layer; two_layer:"
+                    " residual self-attention, then the <cls> read-out; two_layer_kq: both with trained W_KQ")
+    scale: Literal["cpu", "paper"] = Field(description="which size profile below the stage uses")
+    cpu: ScaleConfig
+    paper: ScaleConfig
+    batch_size: int = Field(ge=1, description="sequences per minibatch")
+    bucketed: bool = Field(description="training batches of similar length (less padding)")
 
     @property
     def profile(self) -> ScaleConfig:
@@ -228,128 +226,127 @@ class SequenceConfig:
 
 @dataclass
 class AblationConfig:
-    datasets: List[str] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "dvc.yaml runs each of ablation.variants on each of these datasets"})
-    variants: List[str] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": f"the sequence.variant values dvc.yaml runs ({', '.join(SEQUENCE_VARIANTS)})"})
-    multiclass: str = bounded(help="the dataset whose trained-arm curves (train@<it>) are set "
-                                                 "against the rebuttal's 4-class tables")
-    min_spearman: float = bounded(ge=-1.0, le=1.0, help="a curve agrees in shape with a rebuttal table when "
-                                                             "the Spearman of their bin means is at least this")
+    datasets: List[str] = Field(  # noqa: UP006
+        description="dvc.yaml runs each of ablation.variants on each of these datasets")
+    variants: List[str] = Field(  # noqa: UP006
+        description=f"the sequence.variant values dvc.yaml runs ({', '.join(SEQUENCE_VARIANTS)})")
+    multiclass: str = Field(
+        description="the dataset whose trained-arm curves (train@<it>) are set against the rebuttal's 4-class tables")
+    min_spearman: float = Field(ge=-1.0, le=1.0,
+        description="a curve agrees in shape with a rebuttal table when the Spearman of their bin means is at least "
+                    "this")
 
 
 @dataclass
 class PhaseConfig:
-    dataset: str = bounded(help="the assumption1 synthetic dataset of `datasets` the grid runs on")
-    horizon: float = bounded(gt=0.0, help="the flow time of the grid's cells (in place of the dataset's)")
-    tolerance: float = bounded(gt=0.0, le=0.1, help="the flow's error tolerance in the grid's cells (in place "
-                                                         "of the dataset's)")
-    eta0: List[float] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)"})
-    d: List[int] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "model.d of the grid's rows; also the d sweep of the one-step error"})
+    dataset: str = Field(description="the assumption1 synthetic dataset of `datasets` the grid runs on")
+    horizon: float = Field(gt=0.0, description="the flow time of the grid's cells (in place of the dataset's)")
+    tolerance: float = Field(gt=0.0, le=0.1,
+        description="the flow's error tolerance in the grid's cells (in place of the dataset's)")
+    eta0: List[float] = Field(  # noqa: UP006
+        description="one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)")
+    d: List[int] = Field(  # noqa: UP006
+        description="model.d of the grid's rows; also the d sweep of the one-step error")
 
 
 @dataclass
 class DSweepConfig:
-    datasets: List[str] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained "
-                          "arms at every d, every training seed"})
-    d: List[int] = field(  # noqa: UP006
-        default=MISSING,
-        metadata={"help": "the embedding dimensions of the sweep (the train stage's model.d joins them)"})
+    datasets: List[str] = Field(  # noqa: UP006
+        description="dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained arms "
+                    "at every d, every training seed")
+    d: List[int] = Field(  # noqa: UP006
+        description="the embedding dimensions of the sweep (the train stage's model.d joins them)")
 
 
 @dataclass
 class TrackingConfig:
-    live: bool = bounded(help="each fit also sends its curves to MLflow as it trains (Lightning's MLFlowLogger), for "
-                              "long trainings on a GPU; publish completes those runs. It changes no result, so no "
-                              "stage reruns for it")
+    live: bool = Field(
+        description="each fit also sends its curves to MLflow as it trains (Lightning's MLFlowLogger), for long "
+                    "trainings on a GPU; publish completes those runs. It changes no result, so no stage reruns for it")
 
 
 @dataclass
 class ComputeConfig:
-    address: str = bounded(help="a Dask scheduler (tcp://host:8786) the independent units (phase cells, calibration "
-                                "replicates) go to; empty: this machine ($TOKSEL_COMPUTE_ADDRESS wins). It changes "
-                                "no result, so no stage reruns for it")
-    workers: int = bounded(ge=0, help="units at a time on this machine; 0: one per core")
+    address: str = Field(
+        description="a Dask scheduler (tcp://host:8786) the independent units (phase cells, calibration replicates) go"
+                    " to; empty: this machine ($TOKSEL_COMPUTE_ADDRESS wins). It changes no result, so no stage reruns"
+                    " for it")
+    workers: int = Field(ge=0, description="units at a time on this machine; 0: one per core")
 
 
 @dataclass
 class CalibrationConfig:
-    seed: int = bounded(ge=0, help="seed of the known answers' draws (data, initialisations, noise)")
-    precision: float = bounded(gt=0.0, le=0.5, help="the Wilson half-width each rate is drawn to where a "
-                                                       "replicate is cheap (planted statistics, small synthetic data)")
-    costly_precision: float = bounded(gt=0.0, le=0.5, help="the same where a replicate follows flows or passes "
-                                                              "over a text corpus")
-    max_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate is cheap")
-    max_costly_replicates: int = bounded(ge=2, help="replicates at most per rung where a replicate is costly")
-    flow_datasets: List[str] = field(  # noqa: UP006
-        default=MISSING, metadata={"help": "the synthetic datasets whose flows are calibrated (a replicate is "
-                                                "five flows at each rung: where each takes seconds, thousands do not "
-                                                "fit)"})
+    seed: int = Field(ge=0, description="seed of the known answers' draws (data, initialisations, noise)")
+    precision: float = Field(gt=0.0, le=0.5,
+        description="the Wilson half-width each rate is drawn to where a replicate is cheap (planted statistics, small"
+                    " synthetic data)")
+    costly_precision: float = Field(gt=0.0, le=0.5,
+        description="the same where a replicate follows flows or passes over a text corpus")
+    max_replicates: int = Field(ge=2, description="replicates at most per rung where a replicate is cheap")
+    max_costly_replicates: int = Field(ge=2, description="replicates at most per rung where a replicate is costly")
+    flow_datasets: List[str] = Field(  # noqa: UP006
+        description="the synthetic datasets whose flows are calibrated (a replicate is five flows at each rung: where "
+                    "each takes seconds, thousands do not fit)")
 
 
 @dataclass
 class EvaluateConfig:
-    max_slope_rel_error: float = bounded(gt=0.0, help="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
-    min_pearson_r: float = bounded(ge=-1.0, le=1.0, help="Lemma 4.1: Pearson r at least")
-    min_selection_fraction: float = bounded(ge=0.0, le=1.0, help="Lemma 4.4: selection fraction at least")
-    min_cos_max_margin: float = bounded(ge=-1.0, le=1.0, help="Theorem 4.3: cos(p_T, p_mm) at least")
-    min_log_growth: float = bounded(help="Lemma 4.2: the slope of |p_t| against log t over [T/2, T] over its "
-                                              "average since the flow started to move, at least")
+    max_slope_rel_error: float = Field(gt=0.0, description="Lemma 4.1: |slope - eta0/2| / (eta0/2) at most")
+    min_pearson_r: float = Field(ge=-1.0, le=1.0, description="Lemma 4.1: Pearson r at least")
+    min_selection_fraction: float = Field(ge=0.0, le=1.0, description="Lemma 4.4: selection fraction at least")
+    min_cos_max_margin: float = Field(ge=-1.0, le=1.0, description="Theorem 4.3: cos(p_T, p_mm) at least")
+    min_log_growth: float = Field(
+        description="Lemma 4.2: the slope of |p_t| against log t over [T/2, T] over its average since the flow started"
+                    " to move, at least")
 
 
 @dataclass
 class ReportConfig:
-    min_accuracy_gap: float = bounded(ge=-1.0, le=1.0, help="presence: trained minus untrained test accuracy "
-                                                                 "above this, the gap of its null")
-    size_factor: float = bounded(gt=1.0, help="size: our value within this factor of the paper's (its interval "
-                                                   "inside [paper / factor, paper x factor])")
-    min_spread_ratio: float = bounded(gt=0.0, help="the scale-free spread of E_s^T v and E_s^T p around their "
-                                                        "binned curves, full training over one step then frozen, at "
-                                                        "least")
-    min_rank_agreement: float = bounded(ge=-1.0, le=2.0, help="a noise-corrected rank correlation that makes a "
-                                                                   "curve rise, at least")
-    max_edge_factor: float = bounded(ge=1.0, help="a measured edge of the eta0 window agrees with the scale "
-                                                       "argument when within this factor of it")
-    max_slope_deviation: float = bounded(gt=0.0, help="the one-step error's log-log slope in d agrees with "
-                                                            "-1/2 when within this of it")
-    size_alpha: float = bounded(gt=0.0, le=0.25, help="a size claim's equivalence test (TOST): each one-sided "
-                                                              "test at this level, the 1 - 2 alpha interval inside "
-                                                              "the band")
-    family_alpha: float = bounded(gt=0.0, le=0.5, help="the family-wise error rate of the report's counted "
-                                                                "verdicts under Holm's procedure")
+    min_accuracy_gap: float = Field(ge=-1.0, le=1.0,
+        description="presence: trained minus untrained test accuracy above this, the gap of its null")
+    size_factor: float = Field(gt=1.0,
+        description="size: our value within this factor of the paper's (its interval inside [paper / factor, paper x "
+                    "factor])")
+    min_spread_ratio: float = Field(gt=0.0,
+        description="the scale-free spread of E_s^T v and E_s^T p around their binned curves, full training over one "
+                    "step then frozen, at least")
+    min_rank_agreement: float = Field(ge=-1.0, le=2.0,
+        description="a noise-corrected rank correlation that makes a curve rise, at least")
+    max_edge_factor: float = Field(ge=1.0,
+        description="a measured edge of the eta0 window agrees with the scale argument when within this factor of it")
+    max_slope_deviation: float = Field(gt=0.0,
+        description="the one-step error's log-log slope in d agrees with -1/2 when within this of it")
+    size_alpha: float = Field(gt=0.0, le=0.25,
+        description="a size claim's equivalence test (TOST): each one-sided test at this level, the 1 - 2 alpha "
+                    "interval inside the band")
+    family_alpha: float = Field(gt=0.0, le=0.5,
+        description="the family-wise error rate of the report's counted verdicts under Holm's procedure")
 
 
 @dataclass
 class Config:
-    dataset: str = bounded("synthetic", help="the entry of `datasets` to run on")
-    profile: str = bounded(help="what the values are: full (the paper's sizes) or the name of the profile that set "
-                                "them (quick: profiles/quick.yaml, `make quick`); the report's first lines say it")
-    seed: int = bounded(0, ge=0, help="the model seed of this run (dvc.yaml runs each of base.seeds)")
-    base: BaseConfig = field(default_factory=BaseConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    one_step: OneStepConfig = field(default_factory=OneStepConfig)
-    gradient_flow: GradientFlowConfig = field(default_factory=GradientFlowConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    sequence: SequenceConfig = field(default_factory=SequenceConfig)
-    ablation: AblationConfig = field(default_factory=AblationConfig)
-    phase: PhaseConfig = field(default_factory=PhaseConfig)
-    report: ReportConfig = field(default_factory=ReportConfig)
-    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
-    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
-    d_sweep: DSweepConfig = field(default_factory=DSweepConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    dataset: str = Field("synthetic", description="the entry of `datasets` to run on")
+    profile: str = Field(
+        description="what the values are: full (the paper's sizes) or the name of the profile that set them (quick: "
+                    "profiles/quick.yaml, `make quick`); the report's first lines say it")
+    seed: int = Field(0, ge=0, description="the model seed of this run (dvc.yaml runs each of base.seeds)")
+    base: BaseConfig
+    data: DataConfig
+    model: ModelConfig
+    one_step: OneStepConfig
+    gradient_flow: GradientFlowConfig
+    train: TrainConfig
+    sequence: SequenceConfig
+    ablation: AblationConfig
+    phase: PhaseConfig
+    report: ReportConfig
+    evaluate: EvaluateConfig
+    calibration: CalibrationConfig
+    d_sweep: DSweepConfig
+    tracking: TrackingConfig
+    compute: ComputeConfig
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
-    datasets: Dict[str, Any] = field(default=MISSING)  # noqa: UP006
+    datasets: Dict[str, Any]  # noqa: UP006
 
     @property
     def training_seeds(self) -> list[int]:
@@ -377,29 +374,6 @@ class Config:
 
 def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-
-
-def _check_ranges(node: Any, prefix: str, shown: Callable[[str], str] = str) -> None:
-    """Each value within its bounds; an error names the key as `shown` writes it (where params.yaml holds it)."""
-    for spec in dataclasses.fields(node):
-        key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
-        if spec.name == "datasets":
-            continue
-        if dataclasses.is_dataclass(value):
-            _check_ranges(value, f"{key}.", shown)
-            continue
-        key = shown(key)
-        limits = spec.metadata
-        if value is None:
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ToksError(f"config error: {key} = {value} must be a finite number")
-        for bound, holds, words in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                                    ("le", lambda v, b: v <= b, "<=")):
-            if limits.get(bound) is not None and not holds(value, limits[bound]):
-                raise ToksError(f"config error: {key} = {value} is out of range: must be {words} {limits[bound]}")
-        if limits.get("choices") and value not in limits["choices"]:
-            raise ToksError(f"config error: {key} = {value!r} is not one of {', '.join(limits['choices'])}")
 
 
 def _check_consistency(config: Config, prefix: str) -> None:
@@ -572,35 +546,53 @@ def params_digest(path: Path | str = "params.yaml") -> str:
 
 
 @functools.cache
-def _schema() -> Any:
-    """The schema as an OmegaConf node, built once: each merge copies it, and building it is the slow part."""
-    return OmegaConf.structured(Config)
+def _schema() -> pydantic.TypeAdapter:
+    """The schema's validator, built once."""
+    return pydantic.TypeAdapter(Config)
+
+
+RANGES = {"greater_than": ">", "greater_than_equal": ">=", "less_than_equal": "<="}  # pydantic's error types
+
+
+def _complaint(error: pydantic.ValidationError, shown: Any) -> str:
+    """pydantic's first complaint as one line naming the key as `shown` writes it (where params.yaml holds it)."""
+    first = error.errors()[0]
+    kind, value, context = first["type"], first["input"], first.get("ctx") or {}
+    key = shown(".".join(str(part) for part in first["loc"]))
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return f"unknown key {key!r} (check the spelling against params.yaml)"
+    if kind == "missing":
+        return f"{key} has no value: params.yaml holds every setting (the code has no defaults), so add it there"
+    if kind in RANGES:
+        return f"{key} = {value} is out of range: must be {RANGES[kind]} {next(iter(context.values()))}"
+    if kind == "finite_number":
+        return f"{key} = {value} must be a finite number"
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", context["expected"])  # pydantic's "'a' or 'b'"
+        return f"{key} = {value!r} is not one of {', '.join(choices)}"
+    return f"{key}: {first['msg']}"
 
 
 def _resolve(layers: list[Any], prefix: str = "", dataset: str | None = None) -> Config:
-    """Merge the layers (the shared sections, a dataset entry's, the command line) onto the schema and validate;
-    errors name the key, after `prefix`; a missing value of a dataset's own section, in `dataset`'s entry."""
+    """Merge the layers (the shared sections, a dataset entry's, the command line) and validate them against the
+    schema; errors name the key, after `prefix`: a value of a dataset's own section, in `dataset`'s entry, where the
+    entry gives it (or lacks it) and no later layer (the command line) replaces it."""
     try:
-        config = OmegaConf.to_object(OmegaConf.merge(_schema(), *layers))
+        merged = OmegaConf.to_container(OmegaConf.merge(*layers), resolve=False)
     except OmegaConfBaseException as error:
-        key = f"{prefix}{getattr(error, 'full_key', None) or '?'}"
-        if isinstance(error, ConfigKeyError):
-            raise ToksError(f"config error: unknown key {key!r} (check the spelling against params.yaml)") from None
-        if isinstance(error, MissingMandatoryValue):
-            if dataset and key.split(".")[0] in DATASET_SECTIONS:
-                key = f"datasets.{dataset}.{key}"
-            raise ToksError(f"config error: {key} has no value: params.yaml holds every setting (the code has no "
-                            "defaults), so add it there") from None
-        raise ToksError(f"config error: {key}: {str(error).splitlines()[0]}") from None
-    # A value the dataset entry gives (and no later layer, the command line, replaces) is named as it is written.
+        raise ToksError(f"config error: {prefix}{str(error).splitlines()[0]}") from None
     entry, later = (layers[1], layers[2:]) if dataset and len(layers) > 1 else (None, [])
 
     def shown(key: str) -> str:
-        given = entry is not None and OmegaConf.select(entry, key, default=None) is not None
         replaced = any(OmegaConf.select(layer, key, default=None) is not None for layer in later)
-        return f"datasets.{dataset}.{key}" if given and not replaced else key
+        own = entry is not None and key.split(".")[0] in DATASET_SECTIONS and not replaced and (
+            OmegaConf.select(entry, key, default=None) is not None or OmegaConf.select(layers[0], key) is None)
+        return f"{prefix}datasets.{dataset}.{key}" if own else f"{prefix}{key}"
 
-    _check_ranges(config, prefix, shown)
+    try:
+        config = _schema().validate_python(merged)
+    except pydantic.ValidationError as error:
+        raise ToksError(f"config error: {_complaint(error, shown)}") from None
     _check_consistency(config, prefix)
     data = config.data
     if data.source == "synthetic" and data.num_classes != 2:
@@ -622,7 +614,7 @@ def _dataset_layer(datasets: Any, name: str) -> Any:
     return OmegaConf.create({section: entry[section] or {} for section in DATASET_SECTIONS})
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ReadConfig:
     config: Config
     params_path: Path  # the params file it was made from
@@ -705,22 +697,18 @@ def describe(config: Config, sections: Iterable[str]) -> list[str]:
     """One line per key of `sections`: its current value and what it means (for --help)."""
     lines = []
 
-    def walk(node: Any, prefix: str) -> None:
-        for spec in dataclasses.fields(node):
-            value = getattr(node, spec.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{spec.name}.")
-            else:
-                lines.append(f"  {f'{prefix}{spec.name}={value}':<44} {spec.metadata.get('help', '')}".rstrip())
+    def line(owner: Any, name: str, key: str) -> None:
+        value = getattr(owner, name)
+        if dataclasses.is_dataclass(value):
+            for spec in dataclasses.fields(value):
+                line(value, spec.name, f"{key}.{spec.name}")
+            return
+        help = pydantic.TypeAdapter(type(owner)).json_schema()["properties"][name].get("description", "")
+        lines.append(f"  {f'{key}={value}':<44} {help}".rstrip())
 
     for name in sections:
         section, _, key = name.partition(".")
-        if not key and dataclasses.is_dataclass(getattr(config, section)):
-            walk(getattr(config, section), f"{section}.")
-            continue
-        owner = getattr(config, section) if key else config  # a key of a section, or a top-level key (profile)
-        spec = next(spec for spec in dataclasses.fields(owner) if spec.name == (key or section))
-        lines.append(f"  {f'{name}={getattr(owner, key or section)}':<44} {spec.metadata.get('help', '')}".rstrip())
+        line(getattr(config, section) if key else config, key or section, name)
     return lines
 
 
