@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional  # noqa: UP035  (pydantic resolves these forms)
+from typing import Any, Dict, List, Literal, Optional, get_args  # noqa: UP035  (pydantic resolves these forms)
 
 import pydantic
 import yaml
@@ -195,8 +195,8 @@ class TrainConfig:
                     "split, whose labels give its statistics")
 
 
-SEQUENCE_VARIANTS = ("one_layer", "mlp", "mlp_residual", "two_layer", "two_layer_kq")  # models/sequence.py
-Variant = Literal["one_layer", "mlp", "mlp_residual", "two_layer", "two_layer_kq"]
+Variant = Literal["one_layer", "mlp", "mlp_residual", "two_layer", "two_layer_kq"]  # models/sequence.py
+SEQUENCE_VARIANTS: tuple[str, ...] = get_args(Variant)
 
 
 @dataclass
