@@ -70,7 +70,8 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
                            "results/compare/synthetic/verdicts.json"))[""]["data"]
     assert all(set(entry["data"]) == {"held", "failed", "inconclusive"} for entry in named.values())
     report = (dvc_project / "results" / "report" / "report.md").read_text()
-    assert "| Lemma 4.4: p_t selects the important token of every sequence | presence | synthetic |" in report
+    row = "| `lemma44_selection` Lemma 4.4: p_t selects the important token of every sequence | presence | synthetic |"
+    assert row in report  # each row starts with its claim's id
 
     assert ran(dvc(dvc_project, "repro")) == []  # nothing changed
 
