@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -76,6 +77,13 @@ def run_stage_process(stage: str, args: list[str], cwd: Path, **env: str) -> sub
     process = start_stage(stage, args, cwd, **env)
     stdout, stderr = process.communicate(timeout=300)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def free_port() -> int:
+    """A port nothing listens on once the probe that took it closes it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def run_dvc(project: Path, *args: str) -> subprocess.CompletedProcess:

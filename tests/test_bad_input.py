@@ -7,7 +7,6 @@ import json
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import warnings
@@ -18,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import check_params, evaluate, gradient_flow, one_step, prepare
-from tests.helpers import ROOT, TINY
+from tests.helpers import ROOT, TINY, free_port
 from toksel import publish
 
 
@@ -207,16 +206,11 @@ def test_stale_temporary_files_are_removed(prepared, capsys):
     assert not stale.exists()
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:  # a port nothing listens on once the probe closes it
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
 
 def test_stages_never_open_the_store_and_their_records_reach_it_later(project, capsys, monkeypatch):
     """A tracking server that does not answer costs the stages nothing (they do not open it) and the view step one
     line; published to a store that answers, the runs are there."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     for stage in (prepare, one_step):
         assert stage.main(TINY) == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import stat
 import urllib.error
 import urllib.parse
@@ -21,7 +20,7 @@ import psutil
 import pytest
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import TINY
+from tests.helpers import TINY, free_port
 from toksel import publish
 from toksel.runtime.errors import ToksError
 from tools import team_server
@@ -150,17 +149,12 @@ def _exports(folder: Path, capsys: pytest.CaptureFixture) -> dict[str, str]:
     return dict(line.removeprefix("export ").split("=", 1) for line in lines)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
 
 @pytest.mark.slow  # 30 to 80 s: `make test-slow`
 def test_pipeline_logs_to_the_team_server_on_postgres_with_a_login_and_both_stop(
         postgres_installed: None, project: Path, team_folder: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture) -> None:
-    state = team_server.start(team_folder, port=_free_port())
+    state = team_server.start(team_folder, port=free_port())
     uri = state["uri"]
     try:
         postgres = next(process for process in psutil.process_iter(["cmdline"])
@@ -206,10 +200,10 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_code_2(tmp_path: Path, cap
     (own / "postgres").mkdir(parents=True)  # a cluster made before: its credentials are read, not made
     (own / "credentials").write_text("[mlflow]\nmlflow_tracking_password = x\n")
     (own / "credentials").chmod(0o644)  # a password others may read is refused
-    assert team_server.main(["start", "--folder", str(own), "--port", str(_free_port())]) == 2
+    assert team_server.main(["start", "--folder", str(own), "--port", str(free_port())]) == 2
     (own / "credentials").write_text("[mlflow]\nmlflow_tracking_username = admin\n")
     (own / "credentials").chmod(0o600)
-    assert team_server.main(["start", "--folder", str(own), "--port", str(_free_port())]) == 2
+    assert team_server.main(["start", "--folder", str(own), "--port", str(free_port())]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 4 and all(line.startswith("team_server: ") for line in errors)
     assert "70000" in errors[0] and "server.json" in errors[1]

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import gradient_flow, prepare
-from tests.helpers import ROOT, TINY, published_runs
+from tests.helpers import ROOT, TINY, free_port, published_runs
 from toksel import ui
 from toksel.report.render_check import BROWSERS, find_chromium, headless
 
@@ -23,11 +23,6 @@ from toksel.report.render_check import BROWSERS, find_chromium, headless
 CHART_VIEW = ('#/metric?runs=["{run}"]&metric="p_norm"&experiments=["{experiment}"]&plot_metric_keys=["p_norm"]'
               "&plot_layout={{}}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=false")
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _look(address: str, screenshot: Path | None = None) -> str:
@@ -45,7 +40,7 @@ def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(p
     runs = published_runs(prepared)  # a pipeline run, its stages' runs, the flow's per-step curves
     flow = next(run for run in runs if run.data.tags.get("stage") == "gradient_flow")
     pipeline = next(run for run in runs if run.data.tags.get("stage") == "pipeline")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "toksel.ui", "--port", str(port)], cwd=prepared,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
     try:
