@@ -1,5 +1,7 @@
 import dataclasses
 import re
+import subprocess
+import sys
 import typing
 
 import pydantic
@@ -72,6 +74,14 @@ def test_help_lists_the_stage_keys_with_their_values(project, capsys):
     assert one_step.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "one_step.eta0=100.0" in out and "model.d=1024" in out and "gradient_flow." not in out
+
+
+def test_help_read_in_part_is_no_error():
+    """`--help | head`: the reader closes the pipe before the stage writes; no traceback, exit 0."""
+    helped = subprocess.Popen([sys.executable, "-m", "pipelines.one_step", "--help"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    helped.stdout.close()  # before the stage has imported what it needs and written a line
+    assert helped.wait(timeout=120) == 0 and helped.stderr.read() == ""
 
 
 def test_a_dataset_entry_completes_the_shared_sections_and_the_command_line_overrides_both():

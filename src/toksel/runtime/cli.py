@@ -69,13 +69,7 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     from_command_line = argv is None  # a process of its own (DVC's, a user's), not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
-        print(f"usage: python -m pipelines.{stage} [key=value ...]\n\nkeys, with their values in params.yaml:")
-        try:
-            overrides = [arg for arg in argv if arg not in ("-h", "--help")]
-            print("\n".join(describe(load_config(overrides), sections)))
-        except ToksError as error:
-            print(f"  ({error})")
-        return 0
+        return _help(stage, sections, [arg for arg in argv if arg not in ("-h", "--help")])
     silence_known_warnings()
     with _signals_raise():
         return _run(stage, sections, body, argv, every_seed, seeds, from_command_line,
@@ -160,6 +154,20 @@ def _pipeline(read_params: Path) -> dict[str, str]:
     return {"key": pipeline_key(), "experiment": os.environ.get("DVC_EXP_NAME", ""),
             "name": os.environ.get("DVC_EXP_NAME") or f"workspace {time.strftime('%Y-%m-%d %H:%M:%S')}",
             "params_yaml": read_params.read_text() if read_params.exists() else ""}
+
+
+def _help(stage: str, sections: tuple[str, ...], overrides: list[str]) -> int:
+    """--help: the stage's keys, their values and what they mean; a reader that stops early (`| head`) is no error."""
+    try:
+        lines = describe(load_config(overrides), sections)
+    except ToksError as error:
+        lines = [f"  ({error})"]
+    try:
+        print(f"usage: python -m pipelines.{stage} [key=value ...]", "", "keys, with their values in params.yaml:",
+              *lines, sep="\n", flush=True)
+    except BrokenPipeError:  # Python flushes stdout again as it exits: let that go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str],
