@@ -1,6 +1,6 @@
 """A claim's row as every table of verdicts shows it: a stage's summary (evaluate, compare, ablation_report) and
-the report alike. The row names the claim's id, the stage that judges it and the stage that computed its statistic,
-so that a reader goes from a row to its code."""
+the report alike. The row starts with the claim's id, its name in toksel.claims.catalogue, so that a reader goes
+from a row to its code; a claim whose stage has not run names that stage."""
 
 from __future__ import annotations
 
