@@ -11,6 +11,8 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+from toksel.summaries.claims import CONTROL_TEXT
+
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;width:100%;font-size:13px;margin-bottom:1.5em}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
@@ -23,8 +25,7 @@ li{margin:.3em 0}.legend .token{margin-right:.6em}"""
 # The report's own inline HTML: the calibration table's anchors and the readings' shaded tokens. Any other tag-like
 # text is a word of the text ("<cls>") and is shown as such.
 OWN_TAGS = re.compile(r"</?(a|span)\b")
-CONTROL_KINDS = {"fails, as it must": "good", "inconclusive, as it must": "good", "holds: it must fail": "bad",
-                 "calibrated": "good", "described": "missing", "not computed": "missing"}
+KINDS = {"calibrated": "good", "described": "missing", "not computed": "missing"}  # cells of one word or two
 
 
 def cell_kind(text: str) -> str:
@@ -37,7 +38,11 @@ def cell_kind(text: str) -> str:
         return "exploratory"
     if text.startswith("not run"):
         return "missing"
-    return "bad" if text.startswith("uncalibrated:") else CONTROL_KINDS.get(text, "")
+    if text.endswith(CONTROL_TEXT[True]):  # a control that behaved (summaries.claims.control_text), or did not
+        return "good"
+    if text.endswith(CONTROL_TEXT[False]):
+        return "bad"
+    return "bad" if text.startswith("uncalibrated:") else KINDS.get(text, "")
 
 
 def _data_uri(path: Path) -> str:

@@ -14,7 +14,6 @@ compares with the rest, and a peaked one is dark on the few tokens it selects.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,7 @@ from toksel.models.reading import Reading, read_sequence
 from toksel.runtime.config import EMBEDDINGS, Config
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
-from toksel.summaries.markdown import escape
+from toksel.summaries.markdown import escape, literal
 
 MODEL = "model.npz"  # what a training stage keeps of each fitted model (training/record.py)
 MAX_TOKENS = 40  # a review shown whole on a line or two
@@ -109,14 +108,6 @@ def shade(weight: float, length: int) -> float:
     weight, then log(w T) / log(SHADE_CAP), the darkest from SHADE_CAP times uniform on."""
     ratio = over_uniform(weight, length)
     return 0.0 if ratio <= 1.0 else min(1.0, math.log(ratio) / math.log(SHADE_CAP))
-
-
-MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>])")
-
-
-def literal(word: str) -> str:
-    """A review's word as Markdown text, read as it is (a `*` or a backquote starts nothing)."""
-    return MARKDOWN_PUNCTUATION.sub(r"\\\1", word)
 
 
 def _token(word: str, weight: float, length: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 
 MISSING = "n/a"  # a number that is missing or not finite
@@ -16,6 +17,15 @@ def number(value: float | None, spec: str = ".3g", missing: str = MISSING) -> st
 def escape(text: object) -> str:
     """A cell's text with its pipes escaped, so that they do not split the row."""
     return str(text).replace("|", "\\|")
+
+
+PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>])")  # what Markdown may read as markup
+
+
+def literal(text: str) -> str:
+    """`text` as Markdown shows it, read as it is: every punctuation mark escaped (a `*` or a backquote starts
+    nothing, a `|` splits no row)."""
+    return PUNCTUATION.sub(r"\\\1", text)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
