@@ -33,7 +33,8 @@ from toksel.data.draws import data_dir
 from toksel.data.prepared import prepare_text
 from toksel.data.token_table import read_token_table
 from toksel.models.fused import FusedBags
-from toksel.runtime.config import Config, first_seeds, load_config
+from toksel.params import Config, first_seeds
+from toksel.runtime.config import load_config
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
 

@@ -23,7 +23,7 @@ from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.runtime.config import Config
+from toksel.params import Config
 from toksel.runtime.io import read_npz
 from toksel.runtime.memory import keep_freed_memory
 from toksel.runtime.paths import results_dir, seed_dir

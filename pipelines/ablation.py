@@ -11,6 +11,7 @@ results/ablation/<dataset>/<variant>/seed<seed>/; their metrics gathered in resu
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -21,14 +22,14 @@ from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
-from toksel.training.fit import checkpoint_dir, fit_key, parameter_dtype
-from toksel.training.protocol import train_with_control
-from toksel.training.record import record_fit
+from toksel.training.fit import FitPlan, checkpoint_dir, fit_key, parameter_dtype
+from toksel.training.protocol import Protocol, train_with_control
+from toksel.training.record import TokenReading, record_fit
 from toksel.training.sequence_classifier import SequenceModule
 from toksel.training.sequence_data import SequenceDataModule
 
@@ -57,18 +58,19 @@ def ablation(config: Config, run: RunRecord) -> None:
 
     rows = data(False)
     fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed}, folder / "train.npz")
-    curves = curve_settings(config.train)
-    trained = train_with_control(model, data, [training.lr], training, checkpoint_dir("ablation", variant)
-                                 / f"seed{seed}", fingerprint, run, seed, show_progress(), tokens, curves,
-                                 among=rows.trained_tokens())
+    reading = TokenReading(tokens, curve_settings(config.train), rows.trained_tokens())
+    plan = FitPlan(training, checkpoint_dir("ablation", variant) / f"seed{seed}", fingerprint, run, seed,
+                   show_progress())
+    trained = train_with_control(Protocol(model, data, plan, reading), [training.lr])
     size = {"d": float(scale.d), "train_rows": float(len(rows.rows("train")[1])),
             "test_rows": float(len(rows.rows("test")[1])), "padding_fraction": rows.training_batches_padding()}
-    record_fit(run, seed_dir(results_dir("ablation", variant), seed), trained.module, {**trained.metrics, **size},
-               trained.curves, tokens, curves, f"{dataset}, {settings.variant} (d {scale.d}, first "
-               f"{scale.max_len or 'all'} tokens), seed {seed}: after training",
+    record_fit(run, seed_dir(results_dir("ablation", variant), seed),
+               dataclasses.replace(trained, metrics={**trained.metrics, **size}), reading,
+               f"{dataset}, {settings.variant} (d {scale.d}, first {scale.max_len or 'all'} tokens), seed {seed}: "
+               "after training",
                {"stage": "ablation", "model": settings.variant, "dataset": dataset, "seed": seed, "lr": training.lr,
                 "d": scale.d, "num_classes": tokens.num_classes},
-               among=rows.trained_tokens(), score_label=SCORE_LABELS.get(settings.variant, "$E_s^T p$"))
+               score_label=SCORE_LABELS.get(settings.variant, "$E_s^T p$"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,8 @@ from toksel.claims.catalogue import BY_ID, CLAIMS, assess, measure, verdict_coun
 from toksel.claims.measurements import ablation_runs
 from toksel.claims.rebuttal import compare_with_tables
 from toksel.figures.plots import rebuttal_figure, save_figure
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.io import read_json, require_output, write_csv, write_json
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.records import RunRecord

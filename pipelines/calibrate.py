@@ -40,8 +40,9 @@ from toksel.claims.measurements import dataset_runs
 from toksel.data.draws import MANIFEST, data_dir
 from toksel.data.token_table import read_token_table
 from toksel.figures.plots import calibration_figure, save_figure
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config, dataset_configs
+from toksel.runtime.config import dataset_configs
 from toksel.runtime.fanout import map_units
 from toksel.runtime.io import write_json
 from toksel.runtime.paths import processed_dir, results_dir

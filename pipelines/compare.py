@@ -12,8 +12,8 @@ import sys
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.catalogue import BY_ID, assess, claim_metrics, verdict_counts
 from toksel.claims.measurements import dataset_measurements, dataset_runs, mean_over_seeds
+from toksel.params import EMBEDDINGS, Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import EMBEDDINGS, Config
 from toksel.runtime.io import write_json
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord

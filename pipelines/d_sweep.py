@@ -25,17 +25,17 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
 from toksel.figures.plots import d_sweep_figure, save_figure
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.fanout import map_units
 from toksel.runtime.io import read_json, write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
-from toksel.training.fit import checkpoint_dir, fit_key
-from toksel.training.protocol import train_with_control
-from toksel.training.record import TRAIN_BINNED
+from toksel.training.fit import FitPlan, checkpoint_dir, fit_key
+from toksel.training.protocol import Protocol, train_with_control
+from toksel.training.record import TRAIN_BINNED, TokenReading
 
 SECTIONS = STAGE_SECTIONS["d_sweep"]
 SWEPT = ("trained", "untrained", "one_step")  # E trained, frozen at its random initialisation, frozen at E1
@@ -76,10 +76,10 @@ def sweep_point(point: SweepPoint) -> tuple[list[dict], RunRecord]:
     for arm in SWEPT:
         with run.child(f"d {d} {arm} seed {seed}", {"embeddings": arm, "d": str(d)},
                        {"arm": arm, "model.d": d}) as child:
-            fitted = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
-                                        checkpoint_dir("d_sweep", f"{config.dataset}/d{d}/{arm}") / f"seed{seed}",
-                                        fingerprint, child, seed, show_progress(), arms.tokens,
-                                        curve_settings(settings), control=False)
+            plan = FitPlan(settings, checkpoint_dir("d_sweep", f"{config.dataset}/d{d}/{arm}") / f"seed{seed}",
+                           fingerprint, child, seed, show_progress())
+            protocol = Protocol(arms.model(arm), arms.data, plan, TokenReading(arms.tokens, curve_settings(settings)))
+            fitted = train_with_control(protocol, settings.lr_grid, control=False)
             child.log_metrics({name: fitted.metrics.get(name) for name in KEPT})
         rows.append({"d": d, "arm": arm, "seed": seed, "vocabulary": int(arms.tokens.occurring().sum()),
                      "source": "sweep", **{name: fitted.metrics.get(name) for name in KEPT}})

@@ -24,8 +24,8 @@ from toksel.figures.plots import (
     save_figure,
     token_scores_figure,
 )
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.io import read_json, read_npz, require_output, write_csv, write_json
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.records import RunRecord

@@ -19,8 +19,8 @@ from toksel.claims.measurements import regime
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.io import read_npz, write_csv, write_npz
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress

@@ -16,8 +16,8 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import write_npz
 from toksel.runtime.paths import results_dir, seed_dir

@@ -27,8 +27,8 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.fanout import map_units
 from toksel.runtime.paths import phase_cell_key, phase_row_dir

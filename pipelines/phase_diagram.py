@@ -26,8 +26,8 @@ from toksel.claims.verdict import seed_interval
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.figures.plots import phase_heatmap, power_law_figure, save_figure
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, write_csv, write_json
 from toksel.runtime.paths import phase_cell_key, phase_row_dir, results_dir

@@ -17,8 +17,8 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.data.draws import draw_seed, draws, write_manifest
 from toksel.data.prepared import bootstrap_draw, prepare_synthetic, prepare_text, summary_metrics
 from toksel.data.token_table import write_token_table
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.paths import processed_dir, results_dir
 from toksel.runtime.records import RunRecord, flatten
 

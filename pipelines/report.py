@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.ledger import CHANGED
 from toksel.figures.plots import save_figure
+from toksel.params import Config
 from toksel.report.document import (
     Block,
     Content,
@@ -53,7 +54,7 @@ from toksel.report.training_runs import (
     sweep_text,
 )
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config, dataset_configs
+from toksel.runtime.config import dataset_configs
 from toksel.runtime.io import write_json, write_text
 from toksel.runtime.paths import results_dir
 from toksel.runtime.records import RunRecord

@@ -23,16 +23,16 @@ import sys
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
 from toksel.data.draws import data_dir
+from toksel.params import Config
 from toksel.runtime.cli import run_stage
-from toksel.runtime.config import Config
 from toksel.runtime.io import write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
 from toksel.training.arms import Arms
-from toksel.training.fit import checkpoint_dir, fit_key
-from toksel.training.protocol import train_with_control
-from toksel.training.record import record_fit
+from toksel.training.fit import FitPlan, checkpoint_dir, fit_key
+from toksel.training.protocol import Protocol, train_with_control
+from toksel.training.record import TokenReading, record_fit
 
 SECTIONS = STAGE_SECTIONS["train"]
 
@@ -44,19 +44,19 @@ def train(config: Config, run: RunRecord) -> None:
     tokens = arms.tokens
     # A checkpoint belongs to these parameters and these inputs: anything else starts afresh.
     fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed}, folder / "train.npz")
-    curves = curve_settings(config.train)
+    reading = TokenReading(tokens, curve_settings(config.train))
     for arm in settings.arms:
         with run.child(f"{arm} seed {seed}", {"embeddings": arm}, {"arm": arm}) as arm_run:
-            trained = train_with_control(arms.model(arm), arms.data, settings.lr_grid, settings,
-                                         checkpoint_dir("train", f"{dataset}/{arm}") / f"seed{seed}",
-                                         fingerprint, arm_run, seed, show_progress(), tokens, curves,
-                                         matched=settings.lr, per_epoch=True)
+            plan = FitPlan(settings, checkpoint_dir("train", f"{dataset}/{arm}") / f"seed{seed}", fingerprint,
+                           arm_run, seed, show_progress())
+            trained = train_with_control(Protocol(arms.model(arm), arms.data, plan, reading, per_epoch=True),
+                                         settings.lr_grid, matched=settings.lr)
             out = seed_dir(results_dir("train", f"{dataset}/{arm}"), seed)
             write_csv(out / "grid.csv", trained.trials)
             arm_run.log_artifact(out / "grid.csv")
             write_csv(out / "epochs.csv", trained.epoch_log)
             arm_run.log_artifact(out / "epochs.csv")
-            record_fit(arm_run, out, trained.module, trained.metrics, trained.curves, tokens, curves,
+            record_fit(arm_run, out, trained, reading,
                        f"{dataset}, embeddings {arm}, seed {seed} (lr {trained.metrics['lr']:g}): after training",
                        {"stage": "train", "model": "one_layer", "dataset": dataset, "embeddings": arm, "seed": seed,
                         "lr": trained.metrics["lr"], "num_classes": tokens.num_classes})

@@ -15,7 +15,7 @@ from tests.helpers import TINY, published_runs, seed_folder
 from toksel.claims.rebuttal import TABLES, shape_agreement
 from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
-from toksel.runtime.config import SEQUENCE_VARIANTS
+from toksel.params import SEQUENCE_VARIANTS
 from toksel.training.sequence_classifier import SequenceModule
 
 SMALL = ["sequence.cpu.d=32", "sequence.batch_size=16", "train.max_epochs=4", "train.patience=4", "train.lr=0.02",

@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from pipelines import one_step, prepare
 from tests.helpers import ROOT, dataset_entry
-from toksel.runtime.config import Config, load_config, params_hash
+from toksel.params import Config
+from toksel.runtime.config import load_config, params_hash
 from toksel.runtime.errors import ToksError
 
 

@@ -12,8 +12,8 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, start_stage
+from toksel.params import ComputeConfig
 from toksel.runtime import fanout
-from toksel.runtime.config import ComputeConfig
 from toksel.runtime.errors import ToksError
 
 HERE = ComputeConfig(address="", workers=2)

@@ -11,15 +11,16 @@ from dvc.stage import PipelineStage
 
 from pipelines.sections import STAGE_SECTIONS
 from tests.helpers import ROOT
-from toksel.runtime.config import DATASET_SECTIONS
+from toksel.params import DATASET_SECTIONS
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())  # its top-level sections: the shared values
 
-# Code that moves values and files and computes no number: no compute stage depends on it (publish does).
-PLUMBING = ("toksel.runtime", "toksel.tracking", "pipelines.sections")
+# Code that moves values and files and computes no number: no compute stage depends on it (publish does). The
+# schema of params.yaml checks the values, which DVC follows in params.yaml itself (each stage's `params:`).
+PLUMBING = ("toksel.runtime", "toksel.tracking", "pipelines.sections", "toksel.params")
 COMPUTE = ("prepare", "one_step", "gradient_flow", "train", "ablation", "phase", "d_sweep", "calibrate")
 NOT_FOR_COMPUTE = ("src/toksel/runtime", "src/toksel/tracking", "src/toksel/report", "src/toksel/summaries",
-                   "src/toksel/publish.py")
+                   "src/toksel/publish.py", "src/toksel/params.py")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,7 @@ def test_the_checks_find_what_they_look_for(graph, stages):
     graph.add_import(importer="pipelines.gradient_flow", imported="toksel.training.fit")
     assert "toksel.training.fit" in uncovered_imports(graph, flow)
     assert "toksel.runtime.config" not in uncovered_imports(graph, flow)  # plumbing
+    assert "toksel.params" not in uncovered_imports(graph, flow)  # the schema: DVC follows the values
     without = {key for key in _keys(flow) if key != "datasets.imdb.gradient_flow"}
     assert unread_keys(flow, without) == ["gradient_flow"]
     assert not covered("datasets.imdb.one_step", {"datasets.imdb.data", "one_step"})

@@ -17,7 +17,8 @@ from toksel.data.sources import balanced_subsample, load_text_split
 from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import train_tokenizer, word_tokens
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
-from toksel.runtime.config import DataConfig, load_config
+from toksel.params import DataConfig
+from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
 
 TRAIN = pd.DataFrame({

@@ -27,9 +27,9 @@ from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import CurveSettings, binned_curve, binned_curves
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule, batch_of_rows
-from toksel.training.fit import fit, resumable_checkpoint
-from toksel.training.protocol import Fitted, epoch_frame
-from toksel.training.record import epoch_spreads
+from toksel.training.fit import FitPlan, fit, resumable_checkpoint
+from toksel.training.protocol import epoch_frame
+from toksel.training.record import Fitted, TokenReading, epoch_spreads
 
 TRAIN = TINY_TRAIN
 
@@ -101,26 +101,25 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint_to_the_uninterrupte
     config = load_config([*TINY, *TRAIN])
     folder = prepared / "checkpoints" / "resume"
     with _record() as run:
-        whole = fit(*_fit_parts(config), config.train, prepared / "checkpoints" / "whole", "key", run, seed=0,
-                    progress=False)
+        whole = fit(*_fit_parts(config), FitPlan(config.train, prepared / "checkpoints" / "whole", "key", run, seed=0))
     with pytest.raises(RuntimeError, match="simulated crash"), _record() as run:
-        fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False, callbacks=[Crash(epoch=2)])
+        fit(*_fit_parts(config), FitPlan(config.train, folder, "key", run, seed=0), callbacks=[Crash(epoch=2)])
     assert (folder / "key" / "last.ckpt").exists()
     with _record() as run:
-        resumed = fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False)
+        resumed = fit(*_fit_parts(config), FitPlan(config.train, folder, "key", run, seed=0))
     assert resumed.resumed_from_epoch == 2  # epochs 0 and 1 were saved; the crash came at the end of epoch 2
     assert resumed.epochs == whole.epochs == config.train.max_epochs
     # The same batches in each epoch, the optimiser's state restored: the result is the uninterrupted one.
     assert (resumed.test, resumed.fitted, resumed.norms) == (whole.test, whole.fitted, whole.norms)
     # A fit that has ended is not trained further when its stage runs again: only tested.
     with _record() as run:
-        again = fit(*_fit_parts(config), config.train, folder, "key", run, seed=0, progress=False)
+        again = fit(*_fit_parts(config), FitPlan(config.train, folder, "key", run, seed=0))
     assert again.resumed_from_epoch == config.train.max_epochs and again.test == whole.test
     # A checkpoint that records another fit is not trusted, whatever its folder and file times say.
     (folder / "other").mkdir()
     shutil.copy(folder / "key" / "last.ckpt", folder / "other" / "last.ckpt")
     with _record() as run, pytest.warns(UserWarning, match="records another fit"):
-        fresh = fit(*_fit_parts(config), config.train, folder, "other", run, seed=0, progress=False)
+        fresh = fit(*_fit_parts(config), FitPlan(config.train, folder, "other", run, seed=0))
     assert fresh.resumed_from_epoch is None and not (folder / "key").exists()
 
 
@@ -280,7 +279,8 @@ def _accuracies(project: Path) -> list:
 
 def _measure():
     """The train stage's per-epoch measure (the curves' spreads) on the tiny data."""
-    return epoch_spreads(read_token_table(data_dir("synthetic", 0) / "tokens.csv"), CurveSettings(min_count=1))
+    tokens = read_token_table(data_dir("synthetic", 0) / "tokens.csv")
+    return epoch_spreads(TokenReading(tokens, CurveSettings(min_count=1)))
 
 
 # lr 0.1 with patience 2 overfits the tiny data: the validation loss is lowest at epoch 8, early stopping ends it
@@ -291,7 +291,7 @@ EARLY = {"lr": 0.1, "max_epochs": 40, "patience": 2}
 def _converging(config, folder, max_epochs=EARLY["max_epochs"], **kwargs):
     settings = dataclasses.replace(config.train, max_epochs=max_epochs, patience=EARLY["patience"])
     with _record() as run:
-        result = fit(*_fit_parts(config, lr=EARLY["lr"]), settings, folder, "key", run, seed=0, progress=False,
+        result = fit(*_fit_parts(config, lr=EARLY["lr"]), FitPlan(settings, folder, "key", run, seed=0),
                      **kwargs)
     return result, run
 

@@ -1,10 +1,12 @@
 """The verdict logic and the claims registry, fed known values: intervals, the three verdicts at their edges,
 how a claim reads one seed's runs, and that every claim names a threshold the config holds."""
 
+import importlib
 import math
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 from tests.helpers import ROOT
@@ -154,6 +156,30 @@ def test_every_claim_names_a_threshold_the_config_holds_a_scope_a_control_and_it
             assert claim.family and claim.bug, claim.id  # calibrated, and its control shown able to pass
         if claim.comparison == "within":
             assert claim.kind == "size" and claim.paper_value, claim.id
+
+
+def _named(dotted: str):
+    """The object a dotted name names: a module's function, or a class's method."""
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            found = getattr(found, name, None)
+        return found
+    return None
+
+
+def test_every_claim_leads_to_the_stage_and_the_function_that_compute_it():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for claim in CLAIMS:
+        stage, function = claim.computed_by
+        assert stage in stages, claim.id
+        assert callable(_named(function if function.startswith("pipelines") else f"toksel.{function}")), claim.id
+    assert BY_ID["lemma41_slope"].computed_by == ("one_step", "theory.one_step.alignment_metrics")
+    assert BY_ID["kq_v_increasing"].computed_by[0] == "ablation"
 
 
 def test_the_scopes_pick_the_datasets_each_claim_is_judged_on():

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from toksel.claims.paper import REBUTTAL_ACCURACY
 from toksel.data.frequency import posterior_difference
 from toksel.data.token_table import TokenTable
 from toksel.theory.token_curves import CurveSettings, binned_curves, heldout_tokens, spreads, token_curves
-
-PAPER_UNTRAINED_ACCURACY = 0.72  # the rebuttal's random frozen embeddings: the planted gap sits above it
 
 
 @dataclass(frozen=True)
@@ -148,6 +147,6 @@ def spread_statistics(drawn: Drawn, tighter: float, fidelity: tuple[float, float
 def accuracy_gaps(gap: float, spread: float, seeds: int, rng: np.random.Generator) -> list[float]:
     """One verdict's seeds: trained minus untrained test accuracy, each arm drawn around its planted mean (the
     untrained arm at the rebuttal's 0.72, the trained arm `gap` above) with the seed-to-seed `spread`."""
-    trained = PAPER_UNTRAINED_ACCURACY + gap + spread * rng.standard_normal(seeds)
-    untrained = PAPER_UNTRAINED_ACCURACY + spread * rng.standard_normal(seeds)
+    trained = REBUTTAL_ACCURACY["untrained"] + gap + spread * rng.standard_normal(seeds)
+    untrained = REBUTTAL_ACCURACY["untrained"] + spread * rng.standard_normal(seeds)
     return list(trained - untrained)

@@ -36,11 +36,11 @@ from toksel.calibration.operating import (
 from toksel.calibration.theory import FlowRegime, StepRegime, flow_unit, step_unit
 from toksel.claims.catalogue import BY_ID, Claim, config_value
 from toksel.claims.measurements import curve_settings
-from toksel.runtime.config import Config
+from toksel.claims.paper import REBUTTAL_GAP as PAPER_GAP
+from toksel.params import Config
 from toksel.runtime.fanout import map_units
 
 MAX_FALSE_POSITIVES = 0.1
-PAPER_GAP = 0.23  # the rebuttal's 0.95 - 0.72
 SHARES = (0.0, 0.5, 0.8, 0.9, 0.94, 0.97, 0.99, 1.0)  # the one step's: its rules sit near all of the signal
 FLOW_SHARES = (0.0, 0.5, 0.75, 0.9, 1.0)  # a flow replicate costs seconds: five rungs, the null and past the edge
 PENALTIES = (0.25, 0.03, 0.003, 0.0)  # lambda T: 0.25 is Lemma 4.2's control, 0 the flow itself

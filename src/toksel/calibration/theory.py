@@ -28,7 +28,7 @@ from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import TokenTable, read_token_table
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
-from toksel.runtime.config import GradientFlowConfig, SyntheticConfig
+from toksel.params import GradientFlowConfig, SyntheticConfig
 from toksel.theory.convergence import log_growth
 from toksel.theory.gradient_flow import run_gradient_flow
 from toksel.theory.max_margin import constraint_pairs, cosine, solve_max_margin

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from functools import reduce
 from typing import Any
 
+from toksel.claims.paper import REBUTTAL_ACCURACY, REBUTTAL_GAP
 from toksel.claims.verdict import (
     Interval,
     PValues,
@@ -66,6 +67,24 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
+# Where a statistic is computed: the stage that writes the runs its judge reads (evaluate reads two stages' runs:
+# the one step's and the flow's), and the function that computes the metric (tests/test_verdict.py checks each).
+COMPUTING_STAGE = {"compare": "train", "ablation_report": "ablation", "phase_diagram": "phase_diagram",
+                   "step": "one_step", "flow": "gradient_flow"}
+COMPUTED_BY = {
+    **dict.fromkeys(("pearson_r", "slope_rel_error"), "theory.one_step.alignment_metrics"),
+    "log_growth": "theory.convergence.log_growth",
+    "selection_fraction": "theory.selection.selection_fraction",
+    "cos_max_margin_important": "theory.convergence.analyse_trajectory",
+    "test_accuracy": "training.classifier.ClassifierModule.test_step",
+    **dict.fromkeys(("bin_spread_v", "bin_std_v", "bin_spread_p", "bin_std_p"), "theory.token_curves.spreads"),
+    **dict.fromkeys(("spearman_v_alpha_corrected", "u_rise_corrected", "v_rise_positive_corrected",
+                     "v_rise_negative_corrected"), "theory.token_curves.token_curves"),
+    **dict.fromkeys(("low_edge_factor", "high_edge_factor", "one_step_error_slope_deviation"),
+                    "pipelines.phase_diagram.seed_values"),
+}
+
+
 # What a lemma may need of a dataset, and how the report words a dataset that lacks it.
 REQUIREMENTS = {
     "binary": "two classes",
@@ -106,7 +125,8 @@ class Claim:
     threshold: str  # dotted config key of the threshold (for "within": of the factor that sets the band)
     control: str  # the negative control, in words
     control_statistic: Statistic | None = None  # None: the same statistic on control_<metric>
-    producer: str = ""  # the stage that writes its measurements
+    producer: str = ""  # the stage that judges it: reads its statistic per seed, writes the verdict (computed_by: where
+    # the statistic itself is computed)
     family: str = ""  # its calibration family (toksel.calibration): the verdict rule's power and false positives
     kind: str = "presence"  # presence | size | description
     origin: str = "paper"  # paper (the paper and its rebuttal) | ours
@@ -123,6 +143,13 @@ class Claim:
 
     def value(self, runs: Mapping[str, Mapping[str, Any]]) -> float | None:
         return self.statistic.of(runs)
+
+    @property
+    def computed_by(self) -> tuple[str, str]:
+        """The stage that computes its statistic, and the function that does (its dotted name under toksel, or a
+        pipeline's): where a report row leads in the code."""
+        judge = self.statistic.runs[0] if self.producer == "evaluate" else self.producer
+        return COMPUTING_STAGE[judge], COMPUTED_BY[self.statistic.metric]
 
     def control_value(self, runs: Mapping[str, Mapping[str, Any]]) -> float | None:
         if self.control_statistic is not None:
@@ -149,6 +176,7 @@ SIZE_SETTINGS = ("report.size_alpha",)  # a size claim's equivalence test: its l
 CONVERGED = "tuned lr, trained to convergence"  # the training claims' protocol (claims/measurements.py)
 TRAINING = ("train.lr_grid", "train.max_epochs", "train.patience")  # what sets that protocol
 FLOW_SETTINGS = ("gradient_flow.horizon", "gradient_flow.tolerance")  # how far and how finely a flow is followed
+TRAINED, UNTRAINED = REBUTTAL_ACCURACY["trained"], REBUTTAL_ACCURACY["untrained"]  # the rebuttal's test accuracies
 A_A = "A/A: the same ratio between the trained arms of two seeds (the next seed's), which differ in nothing claimed"
 
 
@@ -240,17 +268,20 @@ CLAIMS: tuple[Claim, ...] = (
     # Full training of the one-layer model on real data, the three embedding arms each at its own best rate and
     # trained until its validation loss stopped improving (a comparison of arms means something only at convergence).
     Claim("accuracy_gap", "Rebuttal", "trained embeddings beat random frozen ones", "binary_real",
-          "test accuracy about 0.95 against 0.72", Statistic(("trained", "untrained"), "test_accuracy", "difference"),
+          f"test accuracy about {TRAINED:g} against {UNTRAINED:g}",
+          Statistic(("trained", "untrained"), "test_accuracy", "difference"),
           "test accuracy, trained minus untrained (E frozen at E0), each at its own best rate, trained to "
           "convergence", ">=",
           "report.min_accuracy_gap", SHUFFLED, producer="compare", family="accuracy_gap", bug=SHUFFLE_BUG,
           null_at_threshold=True, protocol=CONVERGED, settings=TRAINING),
-    Claim("accuracy_gap_size", "Rebuttal", "trained embeddings beat random frozen ones by about 0.23 in accuracy",
-          "binary_real", "gap 0.95 - 0.72 = 0.23", Statistic(("trained", "untrained"), "test_accuracy", "difference"),
+    Claim("accuracy_gap_size", "Rebuttal",
+          f"trained embeddings beat random frozen ones by about {REBUTTAL_GAP:g} in accuracy", "binary_real",
+          f"gap {TRAINED:g} - {UNTRAINED:g} = {REBUTTAL_GAP:g}",
+          Statistic(("trained", "untrained"), "test_accuracy", "difference"),
           "test accuracy, trained minus untrained (E frozen at E0), each at its own best rate, trained to convergence",
           "within", "report.size_factor",
-          SHUFFLED, producer="compare", family="accuracy_gap_size", kind="size", paper_value=0.23, bug=SHUFFLE_BUG,
-          protocol=CONVERGED, settings=TRAINING + SIZE_SETTINGS),
+          SHUFFLED, producer="compare", family="accuracy_gap_size", kind="size", paper_value=REBUTTAL_GAP,
+          bug=SHUFFLE_BUG, protocol=CONVERGED, settings=TRAINING + SIZE_SETTINGS),
     *tighter_curves("v", "per-bin std about 8 times smaller", 8.0),
     *tighter_curves("p", "per-bin std about 6 times smaller", 6.0),
     rises_with_alpha("v_increasing", "Figure 3", "E_s^T v increases with the token's posterior difference",

@@ -26,7 +26,7 @@ import pandas as pd
 from toksel.claims.catalogue import CLAIMS, CONTROL_PREFIX, Measurement, Regime, in_scope, measure
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
-from toksel.runtime.config import EMBEDDINGS, Config, TrainConfig
+from toksel.params import EMBEDDINGS, Config, TrainConfig
 from toksel.runtime.io import read_json, read_npz
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.theory.token_curves import CurveSettings, token_curves

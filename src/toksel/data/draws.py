@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from toksel.runtime.config import DataConfig
+from toksel.params import DataConfig
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, write_json
 from toksel.runtime.paths import processed_dir

@@ -24,7 +24,7 @@ from toksel.data.synthetic import SyntheticVocabulary, generate
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
-from toksel.runtime.config import DataConfig, SyntheticConfig
+from toksel.params import DataConfig, SyntheticConfig
 from toksel.runtime.errors import ToksError
 
 GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3, neg12, irr57

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from toksel.runtime.config import FILE_FORMATS, DataConfig
+from toksel.params import FILE_FORMATS, DataConfig
 from toksel.runtime.errors import ToksError
 
 MIRROR_ENV = "TOKSEL_DATA_MIRROR"

@@ -32,7 +32,8 @@ from toksel.claims.catalogue import (
     measure,
 )
 from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED, claim_runs
-from toksel.runtime.config import Config, load_config
+from toksel.params import Config
+from toksel.runtime.config import load_config
 from toksel.runtime.io import pending, read_json, require_output
 from toksel.runtime.paths import results_dir
 from toksel.summaries.changes import history

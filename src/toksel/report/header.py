@@ -16,7 +16,7 @@ from pathlib import Path
 
 from toksel.claims.catalogue import Assessment, Claim
 from toksel.data.draws import what_varies
-from toksel.runtime.config import Config
+from toksel.params import Config
 from toksel.runtime.io import read_json
 from toksel.summaries.markdown import number
 

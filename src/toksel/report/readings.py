@@ -22,7 +22,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.models.reading import Reading, read_sequence
-from toksel.runtime.config import EMBEDDINGS, Config
+from toksel.params import EMBEDDINGS, Config
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.summaries.markdown import escape, literal

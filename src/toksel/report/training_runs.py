@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 
 from toksel.claims.measurements import EPOCHS, seed_metrics
+from toksel.claims.paper import REBUTTAL_ACCURACY
 from toksel.claims.verdict import seed_interval
-from toksel.runtime.config import EMBEDDINGS, Config
+from toksel.params import EMBEDDINGS, Config
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.summaries.markdown import number
 
-PAPER_UNTRAINED = 0.72  # the rebuttal's random frozen embeddings
 SPREADS = ("bin_spread_v", "bin_spread_p", "bin_std_v", "bin_std_p")  # scale-free, then raw
 TRAIN_BINNED = "train_binned_"  # the same, binned by the training split's statistics (training/record.py)
 CONVERGENCE_HEADER = ["dataset", "arm", "fit", "learning rates", "stopped at epoch", "best epoch",
@@ -108,7 +108,8 @@ def accuracy_epochs_figure(dataset: str, config: Config) -> plt.Figure | None:
             if len(rows):
                 axis.plot(rows["epoch"], rows["test_accuracy"], "-", color=colour, lw=1.2, alpha=0.85,
                           label=label if n == 0 else None)
-    axis.axhline(PAPER_UNTRAINED, color="#555555", ls=":", lw=1, label="the rebuttal's untrained arm, 0.72")
+    axis.axhline(REBUTTAL_ACCURACY["untrained"], color="#555555", ls=":", lw=1,
+                 label=f"the rebuttal's untrained arm, {REBUTTAL_ACCURACY['untrained']:g}")
     budget = config.train.matched_max_epochs
     axis.axvline(budget, color="#555555", ls="--", lw=1, label=f"epoch {budget}, the matched fits' budget")
     axis.set_xlabel("epoch")

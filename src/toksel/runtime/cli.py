@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from toksel.runtime.config import Config, describe, load_config, params_hash, read_config
+from toksel.params import Config
+from toksel.runtime.config import describe, load_config, params_hash, read_config
 from toksel.runtime.distributed import WorkerFinished, is_worker
 from toksel.runtime.errors import Terminated, ToksError
 from toksel.runtime.fanout import map_units

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from threadpoolctl import threadpool_limits
 
-from toksel.runtime.config import ComputeConfig
+from toksel.params import ComputeConfig
 from toksel.runtime.errors import ToksError
 
 ADDRESS_ENV = "TOKSEL_COMPUTE_ADDRESS"

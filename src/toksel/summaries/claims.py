@@ -103,14 +103,16 @@ def counted_text(row: Row) -> str:
 
 
 def cells(row: Row, calibration: Calibration = ()) -> list[str]:
-    """The claim (its id first: the name it has in the code), checks, data, paper, ours, threshold, verdict, its
-    p-value (and under Holm), control, control verdict, calibration family, whether it counts, its rule's history;
-    a failing verdict in bold."""
+    """The claim (its id first: the name it has in the code; last, the stage and function that compute it), checks,
+    data, paper, ours, threshold, verdict, its p-value (and under Holm), control, control verdict, calibration
+    family, whether it counts, its rule's history; a failing verdict in bold."""
     item, claim = row.assessment, row.assessment.claim
     detail = item.measurement.detail if item.measurement is not None else ""
     ours = "" if item.measurement is None else interval_text(item.interval) + (f"; {detail}" if detail else "")
     control = "" if item.measurement is None else interval_text(item.control_interval)
-    return [f"`{claim.id}` {claim.source}: {claim.statement}", claim.kind, row.data, claim.paper, ours,
+    stage, function = claim.computed_by
+    return [f"`{claim.id}` {claim.source}: {claim.statement} (computed by {stage}: `{function}`)", claim.kind,
+            row.data, claim.paper, ours,
             item.threshold_text, "**fails**" if row.verdict == "fails" else row.verdict, p_text(row), control,
             "" if item.measurement is None else control_text(item),
             calibration_cell(claim, row.data, calibration), counted_text(row),

@@ -16,7 +16,7 @@ import torch
 from toksel.data.token_table import TokenTable, read_token_table
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
-from toksel.runtime.config import Config
+from toksel.params import Config
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule

@@ -41,7 +41,8 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.loggers import Logger
 from pytorch_lightning.utilities import rank_zero_only
 
-from toksel.runtime.config import TrainConfig, params_hash
+from toksel.params import TrainConfig
+from toksel.runtime.config import params_hash
 from toksel.runtime.distributed import is_worker
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import file_sha256
@@ -245,21 +246,33 @@ def _evaluation_mode(module: pl.LightningModule) -> Iterator[None]:
         module.train(training)
 
 
-def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig, checkpoints: Path,
-        fingerprint: str, run: RunRecord, seed: int, progress: bool,
-        callbacks: Sequence[pl.Callback] = (), per_epoch: EpochMeasure | None = None) -> FitResult:
+@dataclass(frozen=True)
+class FitPlan:
+    """Where and how one fit runs."""
+
+    settings: TrainConfig  # its optimiser, budget and stopping rule, devices and precision
+    checkpoints: Path  # its checkpoints go to <checkpoints>/<fingerprint>
+    fingerprint: str  # the caller's key of the fit's parameters and inputs: a fit with the same key resumes
+    run: RunRecord  # the run its metrics and curves are recorded in
+    seed: int
+    progress: bool = False  # Lightning's progress bar
+
+
+def fit(module: ClassifierModule, data: PackedDataModule, plan: FitPlan, callbacks: Sequence[pl.Callback] = (),
+        per_epoch: EpochMeasure | None = None) -> FitResult:
     """Train until early stopping (or max_epochs), then test the best checkpoint, whose weights `module` keeps.
 
-    An interrupted fit with the same `fingerprint` (the caller's key of parameters and inputs) resumes from its
-    last checkpoint. `per_epoch`: measure the model after every training epoch (FitResult.history, and curves
-    epoch_<name> in `run` with the epoch as step); None: no per-epoch log (and no test pass per epoch).
+    An interrupted fit with the same fingerprint resumes from its last checkpoint. `per_epoch`: measure the model
+    after every training epoch (FitResult.history, and curves epoch_<name> in the plan's run with the epoch as
+    step); None: no per-epoch log (and no test pass per epoch).
     """
+    settings, checkpoints, fingerprint, run = plan.settings, plan.checkpoints, plan.fingerprint, plan.run
     start = time.perf_counter()
     keep_freed_memory()
     # Lightning's per-fit notices (devices, checkpoints restored, epochs reached) would repeat for every fit: the
     # stage says in one line what each fit was and how it ended (training/protocol.py), resumed or not.
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
-    pl.seed_everything(seed, workers=True, verbose=False)
+    pl.seed_everything(plan.seed, workers=True, verbose=False)
     resume = resumable_checkpoint(checkpoints, fingerprint)
     # A fit that had stopped early trains no further: its budget ends where it stopped.
     max_epochs = resume.epoch if resume is not None and resume.stopped else settings.max_epochs
@@ -275,7 +288,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, settings: TrainConfig,
         logger=[StageLogger(run), *filter(None, [live_logger(run.label) if run.live else None])],
         callbacks=[best, last, stopping, StopOnNonFiniteLoss(), LogNorms(), RecordFit(fingerprint), log,
                    *callbacks],
-        enable_progress_bar=progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
+        enable_progress_bar=plan.progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints / fingerprint,
     )
     if resume is not None:

@@ -39,43 +39,20 @@ import shutil
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytorch_lightning as pl
 
 from toksel.claims.catalogue import CONTROL_PREFIX
 from toksel.claims.measurements import SCREEN_PREFIX
-from toksel.data.token_table import TokenTable
-from toksel.runtime.config import TrainConfig
 from toksel.runtime.distributed import WorkerFinished, is_worker
-from toksel.runtime.records import RunRecord
-from toksel.theory.token_curves import BinnedCurve, CurveSettings
 from toksel.training.classifier import ClassifierModule
-from toksel.training.fit import FitResult, TrainingDiverged, fit
-from toksel.training.record import Metrics, epoch_spreads, summarise
+from toksel.training.fit import FitPlan, FitResult, TrainingDiverged, fit
+from toksel.training.record import Fitted, Metrics, TokenReading, Trained, epoch_spreads, summarise
 
 # (learning rate, shuffled labels) -> the model to train and the data to train it on
 ModelFactory = Callable[[float, bool], ClassifierModule]
 DataFactory = Callable[[bool], pl.LightningDataModule]
-
-
-@dataclass
-class Trained:
-    module: ClassifierModule  # the kept fit's model (its best checkpoint)
-    metrics: Metrics  # its metrics, with `lr` and the control's as control_<name>
-    curves: dict[str, BinnedCurve]
-    trials: pd.DataFrame  # one row per rate: lr, its screen's metrics (screen_<name>), a full fit's metrics
-    epoch_log: pd.DataFrame  # with per_epoch: a row per epoch of the kept and matched fits (column `fit`); else empty
-
-
-@dataclass(frozen=True)
-class Fitted:
-    module: ClassifierModule
-    metrics: Metrics
-    curves: dict[str, BinnedCurve]
-    history: tuple[dict[str, float], ...] = ()  # the per-epoch log, for the fits that keep one
 
 
 LOGGED_PHASES = ("kept", "matched")  # the fits a per-epoch log follows: not the screens or the control (they cost)
@@ -86,31 +63,33 @@ def validation_loss(metrics: Metrics) -> float:
     return math.inf if value is None or not math.isfinite(value) else float(value)
 
 
+@dataclass(frozen=True)
 class Protocol:
-    """The fits of one stage: each an MLflow run nested under the stage's, its checkpoints in its own folder."""
+    """The fits of one stage's model: each an MLflow run nested under the plan's run, its checkpoints in a folder of
+    its own under the plan's."""
 
-    def __init__(self, model: ModelFactory, data: DataFactory, settings: TrainConfig, checkpoints: Path,
-                 fingerprint: str, run: RunRecord, seed: int, progress: bool, tokens: TokenTable,
-                 curves: CurveSettings, among: np.ndarray | None, per_epoch: bool = False) -> None:
-        self.model, self.data, self.settings, self.checkpoints = model, data, settings, checkpoints
-        self.fingerprint, self.run, self.seed, self.progress = fingerprint, run, seed, progress
-        self.tokens, self.curves, self.among, self.per_epoch = tokens, curves, among, per_epoch
+    model: ModelFactory
+    data: DataFactory
+    plan: FitPlan  # the stage's: its settings, checkpoints folder, fingerprint, run, seed and progress bar
+    reading: TokenReading  # what each fit's token curves are read over
+    per_epoch: bool = False  # the kept and matched fits log every epoch (Trained.epoch_log)
 
     def fit(self, lr: float, phase: str, shuffled: bool = False, epochs: int | None = None) -> Fitted:
         """One fit at `lr` (within `epochs`, else the budget), logged as its own run; the module and metrics."""
-        settings = self.settings if epochs is None else dataclasses.replace(self.settings, max_epochs=epochs)
+        plan = self.plan
+        settings = plan.settings if epochs is None else dataclasses.replace(plan.settings, max_epochs=epochs)
         labels, phase = ("shuffled", "control") if shuffled else ("true", phase)
         name = "control: shuffled labels" if shuffled else f"lr {lr:g} ({phase})"
         # A folder per fit: a screen, a full fit at a rate, or the control.
-        folder = self.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}-{phase}")
+        folder = plan.checkpoints / (f"control-lr{lr:g}" if shuffled else f"lr{lr:g}-{phase}")
         ran_with = {"train.lr": lr, "train.max_epochs": settings.max_epochs, "labels": labels}
         logged = self.per_epoch and phase in LOGGED_PHASES
-        with self.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}, ran_with) as trial:
+        with plan.run.child(name, {"lr": f"{lr:g}", "labels": labels, "phase": phase}, ran_with) as trial:
             module = self.model(lr, shuffled)
-            result = fit(module, self.data(shuffled), settings, folder, self.fingerprint, trial, self.seed,
-                         self.progress, per_epoch=epoch_spreads(self.tokens, self.curves, self.among) if logged
-                         else None)
-            metrics, curves = summarise(module, result, self.tokens, self.curves, self.among)
+            result = fit(module, self.data(shuffled),
+                         dataclasses.replace(plan, settings=settings, checkpoints=folder, run=trial),
+                         per_epoch=epoch_spreads(self.reading) if logged else None)
+            metrics, curves = summarise(module, result, self.reading)
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
             trial.log_metrics({"seconds": result.seconds, "measure_seconds": result.measure_seconds})
         if not is_worker():
@@ -141,7 +120,7 @@ def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> t
 
     def try_rate(lr: float) -> None:
         try:
-            fitted = protocol.fit(lr, "screen", epochs=protocol.settings.screen_epochs)
+            fitted = protocol.fit(lr, "screen", epochs=protocol.plan.settings.screen_epochs)
         except TrainingDiverged as error:
             warnings.warn(f"learning rate {lr:g} left out: {error}", stacklevel=2)
             rows.append({"lr": lr, "diverged": 1.0, "screen_val_loss": math.inf})
@@ -171,15 +150,11 @@ def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> t
     return chosen, sorted(rows, key=lambda row: row["lr"]), chosen in (tried[0], tried[-1])
 
 
-def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[float], settings: TrainConfig,
-                       checkpoints: Path, fingerprint: str, run: RunRecord, seed: int, progress: bool,
-                       tokens: TokenTable, curves: CurveSettings, among: np.ndarray | None = None,
-                       matched: float | None = None, control: bool = True, per_epoch: bool = False) -> Trained:
+def train_with_control(protocol: Protocol, rates: Sequence[float], matched: float | None = None,
+                       control: bool = True) -> Trained:
     """Screen the rates, fit the best under the stopping rule (and `matched`, the matched-lr protocol's rate, within
-    matched_max_epochs), then (with `control`) the control at the kept rate; `per_epoch`: the kept and matched fits
-    log every epoch (Trained.epoch_log)."""
-    protocol = Protocol(model, data, settings, checkpoints, fingerprint, run, seed, progress, tokens, curves, among,
-                        per_epoch)
+    matched_max_epochs), then (with `control`) the control at the kept rate."""
+    settings = protocol.plan.settings
     if len(rates) > 1:
         kept_lr, rows, at_edge = screen(protocol, rates, settings.lr_extensions)
     else:
@@ -200,7 +175,7 @@ def train_with_control(model: ModelFactory, data: DataFactory, rates: Sequence[f
         controls = {CONTROL_PREFIX + name: value for name, value in shuffled.metrics.items()}
     if is_worker():  # a DDP worker has trained its share of every fit; rank 0 writes the outputs
         raise WorkerFinished
-    shutil.rmtree(checkpoints, ignore_errors=True)  # finished: nothing left to resume
+    shutil.rmtree(protocol.plan.checkpoints, ignore_errors=True)  # finished: nothing left to resume
     screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows))}
     return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
                    pd.DataFrame(rows), epoch_frame(kept, full.get(matched)))

@@ -8,6 +8,7 @@ statistics instead of the held-out ones (train_binned_bin_spread_v, ..._p, train
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +34,39 @@ Metrics = dict[str, float | None]
 TRAIN_BINNED = "train_binned_"  # the spreads of the curves binned by the training split's statistics
 
 
-def summarise(module: ClassifierModule, result: FitResult, tokens: TokenTable, settings: CurveSettings,
-              among: np.ndarray | None = None) -> tuple[Metrics, dict[str, BinnedCurve]]:
+@dataclass(frozen=True)
+class TokenReading:
+    """What a fitted model's token curves are read over."""
+
+    tokens: TokenTable  # the vocabulary with its held-out and training statistics
+    settings: CurveSettings  # bins, binning, the least count of a token and of a bin
+    among: np.ndarray | None = None  # the tokens the model trained (a sequence model's); None: every token
+
+
+@dataclass(frozen=True)
+class Fitted:
+    module: ClassifierModule
+    metrics: Metrics
+    curves: dict[str, BinnedCurve]
+    history: tuple[dict[str, float], ...] = ()  # the per-epoch log, for the fits that keep one
+
+
+@dataclass
+class Trained:
+    module: ClassifierModule  # the kept fit's model (its best checkpoint)
+    metrics: Metrics  # its metrics, with `lr` and the control's as control_<name>
+    curves: dict[str, BinnedCurve]
+    trials: pd.DataFrame  # one row per rate: lr, its screen's metrics (screen_<name>), a full fit's metrics
+    epoch_log: pd.DataFrame  # with per_epoch: a row per epoch of the kept and matched fits (column `fit`); else empty
+
+
+def summarise(module: ClassifierModule, result: FitResult, reading: TokenReading
+              ) -> tuple[Metrics, dict[str, BinnedCurve]]:
     """A fitted model's metrics -- the test metrics, loss and accuracy of the best model on the whole splits,
     |p|, |v| and mean |E_s|, the token-curve metrics, the training-binned spreads, epochs and how the fit ended
     (stopped_epoch, best_epoch, budget_bound) -- and its curves (the seconds it took are telemetry: its run shows
     them)."""
+    tokens, settings, among = reading.tokens, reading.settings, reading.among
     score_p, score_v = module.token_scores()
     metrics, curves = token_curves(tokens, score_p, score_v, settings, among)
     return {**result.test, **result.fitted, **result.norms, **metrics,
@@ -54,9 +82,11 @@ def train_binned_spreads(tokens: TokenTable, score_p: np.ndarray, score_v: np.nd
     return {TRAIN_BINNED + name: value for name, value in spreads(curves).items()}
 
 
-def epoch_spreads(tokens: TokenTable, settings: CurveSettings, among: np.ndarray | None = None) -> EpochMeasure:
+def epoch_spreads(reading: TokenReading) -> EpochMeasure:
     """The per-epoch log's measure of a model: its four spreads binned on the held-out statistics (the stage's
     curves) and the four binned on the training split's."""
+
+    tokens, settings, among = reading.tokens, reading.settings, reading.among
 
     def measure(module: ClassifierModule) -> dict[str, float]:
         score_p, score_v = module.token_scores()
@@ -66,23 +96,21 @@ def epoch_spreads(tokens: TokenTable, settings: CurveSettings, among: np.ndarray
     return measure
 
 
-def record_fit(run: RunRecord, out: Path, module: ClassifierModule, metrics: Metrics, curves: dict[str, BinnedCurve],
-               tokens: TokenTable, settings: CurveSettings, title: str, about: dict[str, object],
-               among: np.ndarray | None = None, logged: tuple[str, ...] = (),
+def record_fit(run: RunRecord, out: Path, trained: Trained, reading: TokenReading, title: str, about: dict[str, object],
                score_label: str = "$E_s^T p$") -> None:
     """Write bins.csv, token_scores.png, the kept model and metrics.json into `out` and log them; `about`: what
-    the model is (stage, dataset, arm or variant, seed, learning rate); `logged`: metrics whose MLflow history
-    already ends on their final value.
+    the model is (stage, dataset, arm or variant, seed, learning rate).
 
     The model is kept as model.npz (a DVC output; also artifacts of the run): its trained parameters in float32
     (E only where it was trained; a frozen E is the seed's E0 or its E1) and each token's score E_s^T p and value
     E_s^T v (v_k), all the one-layer model needs to read a review (models/reading.py); model.json says what it is.
     """
+    module, curves, tokens = trained.module, trained.curves, reading.tokens
     # One row per bin; columns centre_<curve>, count_<curve>, mean_<curve>, std_<curve> (curves p, v or v_class_k).
     write_csv(out / "bins.csv", pd.concat([curve.as_frame().add_suffix(f"_{name}") for name, curve in curves.items()],
                                           axis=1))
     score_p, score_v = module.token_scores()
-    kept = heldout_tokens(tokens, settings.min_count, among)
+    kept = heldout_tokens(tokens, reading.settings.min_count, reading.among)
     save_figure(binned_scores_figure(_panels(tokens, kept, score_p, score_v, curves, score_label), title),
                 out / "token_scores.png")
     parameters = {name.replace(".", "/"): parameter.detach().cpu().float().numpy()
@@ -94,7 +122,7 @@ def record_fit(run: RunRecord, out: Path, module: ClassifierModule, metrics: Met
     run.log_artifact(out / "bins.csv")
     run.log_artifact(out / "model.npz", "model")
     run.log_artifact(out / "model.json", "model")
-    run.record_metrics(out / "metrics.json", metrics, logged=logged)
+    run.record_metrics(out / "metrics.json", trained.metrics)
 
 
 def _panels(tokens: TokenTable, kept: np.ndarray, score_p: np.ndarray, score_v: np.ndarray,
