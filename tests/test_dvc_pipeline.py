@@ -70,8 +70,9 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
                            "results/compare/synthetic/verdicts.json"))[""]["data"]
     assert all(set(entry["data"]) == {"held", "failed", "inconclusive"} for entry in named.values())
     report = (dvc_project / "results" / "report" / "report.md").read_text()
-    row = "| `lemma44_selection` Lemma 4.4: p_t selects the important token of every sequence | presence | synthetic |"
-    assert row in report  # each row starts with its claim's id
+    row = ("| `lemma44_selection` Lemma 4.4: p_t selects the important token of every sequence (computed by "
+           "gradient_flow: `theory.selection.selection_fraction`) | presence | synthetic |")
+    assert row in report  # each row starts with its claim's id and names the stage and function that compute it
 
     assert ran(dvc(dvc_project, "repro")) == []  # nothing changed
 

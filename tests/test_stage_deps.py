@@ -101,6 +101,12 @@ def test_the_report_s_own_code_reruns_the_report_alone(stages):
     assert [name for name, stage in stages.items() if "src/toksel/report" in _paths(stage, "deps")] == ["report"]
 
 
+def test_the_settings_check_reruns_when_the_schema_changes(stages):
+    """A new range or rule may refuse what passed: check_params, which stops a pipeline before DVC deletes any output,
+    runs again (its verdict, the same when params.yaml still passes, reruns nothing after it)."""
+    assert {"src/toksel/params.py", "src/toksel/runtime/config.py"} <= set(_paths(stages["check_params"], "deps"))
+
+
 def test_what_git_keeps_persists_so_a_stopped_stage_keeps_it(stages):
     """DVC deletes a stage's outputs before it runs it: those in its cache come back with `dvc checkout`, those in git
     (cache: false) must persist, or a stage stopped or refused would lose them until it reran."""

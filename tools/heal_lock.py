@@ -1,12 +1,8 @@
 """Put back a dvc.lock that a kill cut: `python -m tools.heal_lock` (run by `make repro` before `dvc repro`).
 
-DVC rewrites dvc.lock in place after every stage; a kill while it writes (SIGKILL, a lost machine) leaves the
-file cut, and every later `dvc repro` then stops with "'./dvc.lock' validation failed" until it is mended by
-hand. Each stage keeps a copy of the file as DVC started it (toksel.runtime.workspace.keep_lock_copy). A dvc.lock
-that DVC's own schema refuses is set aside as dvc.lock.damaged and replaced by that copy, which lacks at most
-the record of the stage that was running: `dvc repro` runs that stage again, or restores it from its run
-cache. Without a good copy the cut file is only set aside: DVC then runs, or restores from its run cache,
-every stage. A whole file, or none, is left alone. Exit code 0, with one line when something was mended.
+A dvc.lock that DVC's schema refuses is set aside as dvc.lock.damaged and replaced by the copy the last stage kept
+(.dvc/tmp/toksel-dvc.lock) if that one is whole. Exit code 0, one line when something was mended; the why is in
+docs/operations.md ("A dvc.lock cut by a kill is mended").
 """
 
 from __future__ import annotations
@@ -36,8 +32,7 @@ def heal(project: Path) -> str | None:
     lock, copy = project / LOCK, project / LOCK_COPY
     if not lock.exists() or whole(lock):
         return None
-    damaged = lock.with_name(f"{lock.name}.damaged")
-    lock.replace(damaged)
+    damaged = lock.replace(lock.with_name(f"{lock.name}.damaged"))
     if copy.exists() and whole(copy):
         lock.write_bytes(copy.read_bytes())
         return (f"{lock.name} was cut (DVC was stopped while writing it): set aside as {damaged.name} and replaced "
@@ -51,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args:
         print("usage: python -m tools.heal_lock   (in the project root)", file=sys.stderr)
         return 2
-    done = heal(Path.cwd())
-    if done is not None:
+    if done := heal(Path.cwd()):
         print(f"heal_lock: {done}", file=sys.stderr)
     return 0
 

@@ -1,12 +1,9 @@
 """Run the whole DAG under a named profile: `python -m tools.profile quick [dvc exp run options]` (`make quick`).
 
-A profile (profiles/<name>.yaml) is a partial params.yaml. Each of its values is set with `dvc exp run -S` (as
-`++key=value`: a key a dataset entry does not write yet is added), so the run is a DVC experiment whose params
-show what the profile changed, and `dvc repro` afterwards keeps those values until params.yaml is put back
-(`git checkout params.yaml`). The values are checked against the schema before DVC starts.
-
-The real datasets come from $TOKSEL_DATA_MIRROR when it names a folder, else from the Hugging Face Hub; with
-neither (HF_HUB_OFFLINE=1 and no mirror) only the synthetic datasets' stages and the phase diagram run.
+A profile, profiles/<name>.yaml, is a partial params.yaml, checked against the schema and then run as a DVC
+experiment: `dvc exp run -S ++key=value` for each of its values. `dvc repro` afterwards keeps those values until
+params.yaml is put back (`git checkout params.yaml`). The real datasets come from $TOKSEL_DATA_MIRROR, else the
+Hugging Face Hub; with neither (no mirror, HF_HUB_OFFLINE=1) only the synthetic datasets and the phase diagram run.
 """
 
 from __future__ import annotations
@@ -16,18 +13,15 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from toksel.data.sources import MIRROR_ENV
+from toksel.params import Config
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
-
-PROFILES = Path("profiles")
 
 
 def settings(tree: dict[str, Any], prefix: str = "") -> list[str]:
@@ -36,32 +30,38 @@ def settings(tree: dict[str, Any], prefix: str = "") -> list[str]:
     for key, value in tree.items():
         if isinstance(value, dict):
             found.extend(settings(value, f"{prefix}{key}."))
-        else:
-            found.append(f"++{prefix}{key}={json.dumps(value)}")  # JSON is YAML, which is how DVC reads the value
+        else:  # `++` adds a key a dataset entry does not write yet; JSON is YAML, which is how DVC reads the value
+            found.append(f"++{prefix}{key}={json.dumps(value)}")
     return found
+
+
+def _load(profile: dict[str, Any], params: Path, overrides: tuple[str, ...] = ()) -> Config:
+    """params.yaml with the profile's values on top, read and checked as the stages would read it."""
+    with tempfile.TemporaryDirectory() as folder:
+        merged = Path(folder, "params.yaml")
+        OmegaConf.save(OmegaConf.merge(OmegaConf.load(params), profile), merged)
+        return load_config(overrides, path=merged)
 
 
 def read_profile(name: str, params: Path = Path("params.yaml")) -> dict[str, Any]:
     """profiles/<name>.yaml, checked: params.yaml with it applied must pass the schema."""
-    path = PROFILES / f"{name}.yaml"
+    folder = Path("profiles")
+    path = folder / f"{name}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PROFILES.glob("*.yaml"))) or "none"
-        raise ToksError(f"no profile {name!r}: {PROFILES}/ holds {known}")
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none"
+        raise ToksError(f"no profile {name!r}: {folder}/ holds {known}")
     profile = OmegaConf.to_container(OmegaConf.load(path))
     if not isinstance(profile, dict) or profile.get("profile") != name:
         raise ToksError(f"{path} must be a mapping of params.yaml's sections that sets profile: {name}")
-    with _applied(profile, params) as merged:
-        load_config(path=merged)  # one line naming the key when a value does not fit
+    _load(profile, params)  # one line naming the key when a value does not fit
     return profile
 
 
-@contextmanager
-def _applied(profile: dict[str, Any], params: Path) -> Iterator[Path]:
-    """params.yaml with the profile's values on top, in a temporary file, to be read as the stages would."""
-    with tempfile.TemporaryDirectory() as folder:
-        merged = Path(folder, "params.yaml")
-        OmegaConf.save(OmegaConf.merge(OmegaConf.load(params), profile), merged)
-        yield merged
+def synthetic_targets(profile: dict[str, Any], params: Path = Path("params.yaml")) -> list[str]:
+    """The stages that need no real data: each synthetic dataset's evaluate (and what it reads), the phase diagram."""
+    synthetic = [name for name in _load(profile, params).datasets
+                 if _load(profile, params, (f"dataset={name}",)).data.source == "synthetic"]
+    return [*(f"evaluate@{name}" for name in synthetic), "phase_diagram"]
 
 
 def real_data() -> str | None:
@@ -69,18 +69,7 @@ def real_data() -> str | None:
     mirror = os.environ.get(MIRROR_ENV)
     if mirror and Path(mirror).is_dir():
         return f"the mirror {mirror}"
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return None
-    return "the Hugging Face Hub"
-
-
-def synthetic_targets(profile: dict[str, Any], params: Path = Path("params.yaml")) -> list[str]:
-    """The stages that need no real data: each synthetic dataset's evaluate (and what it reads), the phase diagram."""
-    with _applied(profile, params) as merged:
-        names = load_config(path=merged).datasets
-        synthetic = [name for name in names
-                     if load_config([f"dataset={name}"], path=merged).data.source == "synthetic"]
-    return [*(f"evaluate@{name}" for name in synthetic), "phase_diagram"]
+    return None if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") else "the Hugging Face Hub"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,10 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
-    name, extra = argv[0], argv[1:]
+    name, source = argv[0], real_data()
     try:
         profile = read_profile(name)
-        source = real_data()
         targets = [] if source else synthetic_targets(profile)
     except ToksError as error:
         print(f"profile: {error}", file=sys.stderr)
@@ -99,9 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"profile {name}: the real datasets from {source}" if source else
           f"profile {name}: no TOKSEL_DATA_MIRROR and HF_HUB_OFFLINE is set: the synthetic datasets only "
           f"({' '.join(targets)})", flush=True)
-    command = ["dvc", "exp", "run", *targets, *(arg for setting in settings(profile) for arg in ("-S", setting)),
-               *extra]
-    return subprocess.run(command).returncode
+    command = ["dvc", "exp", "run", *targets, *(arg for setting in settings(profile) for arg in ("-S", setting))]
+    return subprocess.run([*command, *argv[1:]]).returncode
 
 
 if __name__ == "__main__":

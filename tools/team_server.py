@@ -1,15 +1,9 @@
-"""The team's MLflow server, the recipe of docs/operations.md ("Team mode") as one command:
+"""The team's MLflow server, docs/operations.md's "Team mode" recipe as one command (make mlflow-server):
+`python -m tools.team_server start|stop|status|env [--folder .team] [--port 5001] [--detach]`.
 
-    python -m tools.team_server start [--folder .team] [--port 5001] [--detach]    (make mlflow-server)
-    python -m tools.team_server status|stop|env [--folder .team]
-
-PostgreSQL holds the runs and the users, in a cluster of its own under <folder>/postgres that listens on no TCP port,
-only on a unix socket in that folder (0700, its owner's): MLflow's server, on the same machine, reaches it there.
-The MLflow server is MLflow's `basic-auth` app: a request without a known user's login is refused (401). The admin's
-password is made at the first start and kept in <folder>/credentials (MLflow's credentials format) and
-<folder>/auth.ini (MLflow's auth settings), both mode 0600; `env` prints what a client sets
-(`eval "$(python -m tools.team_server env)"`). As root the cluster belongs to the `postgres` user. Exit codes: 0
-done, 1 not running (status), 2 bad input or a process that would not start, in one line.
+PostgreSQL on a unix socket only (its cluster the `postgres` user's when run as root); MLflow as its `basic-auth` app.
+The admin's password, made once, is kept in <folder>/credentials and <folder>/auth.ini (0600). Exit codes: 0 done,
+1 not running (status), 2 bad input or a process that would not start, in one line.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,34 +27,30 @@ import psutil
 
 from toksel.runtime.errors import ToksError
 from toksel.runtime.paths import project_root
-
-ADMIN = "admin"
-DATABASES = ("mlflow", "mlflow_auth")  # the runs; the users and their permissions
+from toksel.ui import require_free
 
 
 def postgres_bin() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")) or [Path(p) for p in [shutil.which("pg_ctl")] if p]
-    if not found:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")) or [shutil.which("pg_ctl")]
+    if found[-1] is None:
         raise ToksError("no PostgreSQL (pg_ctl): `make postgres` installs it")
-    return found[-1].parent
+    return Path(found[-1]).parent
 
 
-def _as_owner() -> dict:
-    """PostgreSQL refuses to run as root: then its commands run as the `postgres` user, from `/`, with its groups
-    and home."""
-    if os.geteuid() != 0:
-        return {}
-    account = pwd.getpwnam("postgres")
-    return {"user": account.pw_uid, "group": account.pw_gid, "cwd": "/",
-            "extra_groups": os.getgrouplist("postgres", account.pw_gid),
-            "env": {**os.environ, "HOME": account.pw_dir, "USER": "postgres", "LOGNAME": "postgres"}}
-
-
-def _run(*command: str | Path) -> None:
-    done = subprocess.run([str(part) for part in command], capture_output=True, text=True, **_as_owner())
+def _run(*command: str | Path) -> str:
+    """A PostgreSQL command's output, run as the `postgres` user when we are root (PostgreSQL refuses root); its
+    last line of errors, as a ToksError, if it fails."""
+    as_owner = {}
+    if os.geteuid() == 0:
+        account = pwd.getpwnam("postgres")
+        as_owner = {"user": account.pw_uid, "group": account.pw_gid, "cwd": "/",
+                    "extra_groups": os.getgrouplist("postgres", account.pw_gid),
+                    "env": {**os.environ, "HOME": account.pw_dir, "USER": "postgres", "LOGNAME": "postgres"}}
+    done = subprocess.run([str(part) for part in command], capture_output=True, text=True, **as_owner)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToksError(f"{Path(command[0]).name} failed: {last}")
+    return done.stdout
 
 
 def _private_file(path: Path, text: str) -> None:
@@ -81,18 +70,12 @@ def credentials(folder: Path) -> dict[str, str]:
     login.read(path)
     if not login.has_option("mlflow", "mlflow_tracking_password"):
         raise ToksError(f"{path} is not a credentials file (no mlflow_tracking_password under [mlflow])")
-    return {"username": login["mlflow"].get("mlflow_tracking_username", ADMIN),
+    return {"username": login["mlflow"].get("mlflow_tracking_username", "admin"),
             "password": login["mlflow"]["mlflow_tracking_password"]}
 
 
-def start(folder: Path, port: int, timeout: float = 90) -> dict:
-    """PostgreSQL and the MLflow server, up and answering; what runs is recorded in <folder>/server.json."""
-    if not 0 < port < 65536:
-        raise ToksError(f"--port {port} is not a port (1 to 65535)")
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", port)) == 0:
-            raise ToksError(f"port {port} is in use by another program: choose another with --port")
-    folder.mkdir(parents=True, exist_ok=True)
+def _start_postgres(folder: Path) -> tuple[Path, dict[str, str]]:
+    """The cluster, made with the admin's password at the first start, running with its databases; the login."""
     if os.geteuid() == 0:  # the `postgres` user passes through it to its cluster (search only; the secrets are 0600)
         folder.chmod(folder.stat().st_mode & 0o777 | 0o001)
     cluster, bin_dir = folder / "postgres", postgres_bin()
@@ -101,19 +84,25 @@ def start(folder: Path, port: int, timeout: float = 90) -> dict:
         if os.geteuid() == 0:
             shutil.chown(cluster, "postgres")
         _run(bin_dir / "initdb", "-D", cluster, "-U", "postgres", "--auth=trust")
-        _private_file(folder / "credentials", f"[mlflow]\nmlflow_tracking_username = {ADMIN}\n"
+        _private_file(folder / "credentials", "[mlflow]\nmlflow_tracking_username = admin\n"
                                               f"mlflow_tracking_password = {secrets.token_urlsafe(24)}\n")
-    login = credentials(folder)
+    login = credentials(folder)  # refused before anything starts
     _run(bin_dir / "pg_ctl", "-D", cluster, "-w", "-l", cluster / "server.log", "-o",
          f"-c listen_addresses='' -c unix_socket_directories='{cluster}'", "start")
-    existing = subprocess.run([str(bin_dir / "psql"), "-h", str(cluster), "-U", "postgres", "-Atc",
-                               "SELECT datname FROM pg_database"], capture_output=True, text=True, **_as_owner())
-    for name in DATABASES:
-        if name not in existing.stdout.split():
-            _run(bin_dir / "psql", "-h", cluster, "-U", "postgres", "-c", f"CREATE DATABASE {name}")
+    existing = _run(bin_dir / "psql", "-h", cluster, "-U", "postgres", "-Atc", "SELECT datname FROM pg_database")
+    for name in {"mlflow", "mlflow_auth"} - set(existing.split()):  # the runs; the users and their permissions
+        _run(bin_dir / "psql", "-h", cluster, "-U", "postgres", "-c", f"CREATE DATABASE {name}")
+    return cluster, login
+
+
+def start(folder: Path, port: int, timeout: float = 90) -> dict:
+    """PostgreSQL and the MLflow server, up and answering; what runs is recorded in <folder>/server.json."""
+    require_free(port)
+    folder.mkdir(parents=True, exist_ok=True)
+    cluster, login = _start_postgres(folder)
     database = f"postgresql+psycopg2://postgres@/{{}}?host={cluster}"
     _private_file(folder / "auth.ini", f"[mlflow]\ndefault_permission = READ\n"
-                                       f"database_uri = {database.format(DATABASES[1])}\n"
+                                       f"database_uri = {database.format('mlflow_auth')}\n"
                                        f"admin_username = {login['username']}\nadmin_password = {login['password']}\n"
                                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
     environment = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(folder / "auth.ini"),
@@ -121,18 +110,16 @@ def start(folder: Path, port: int, timeout: float = 90) -> dict:
                    "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}  # CSRF's key: this run's, on no disk
     with open(folder / "mlflow.log", "ab") as log:
         server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth", "--workers",
-                                   "1", "--backend-store-uri", database.format(DATABASES[0]), "--artifacts-destination",
+                                   "1", "--backend-store-uri", database.format("mlflow"), "--artifacts-destination",
                                    str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port)],
                                   env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     state = {"uri": f"http://127.0.0.1:{port}", "mlflow_pid": server.pid, "cluster": str(cluster)}
     (folder / "server.json").write_text(json.dumps(state))
     deadline = time.monotonic() + timeout
     while server.poll() is None and time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{state['uri']}/health", timeout=2):
-                return state
-        except OSError:
-            time.sleep(0.5)
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{state['uri']}/health", timeout=2):  # not up yet
+            return state
+        time.sleep(0.5)
     stop(folder)
     raise ToksError(f"the MLflow server did not answer within {timeout:.0f} s: see {folder / 'mlflow.log'}")
 
@@ -151,11 +138,9 @@ def stop(folder: Path) -> None:
     state = state_of(folder)
     if state is None:
         raise ToksError(f"no team server recorded in {folder}")
-    try:
+    with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
         os.killpg(state["mlflow_pid"], signal.SIGTERM)
         psutil.Process(state["mlflow_pid"]).wait(timeout=30)
-    except (ProcessLookupError, psutil.NoSuchProcess):
-        pass
     _run(postgres_bin() / "pg_ctl", "-D", state["cluster"], "-w", "-m", "fast", "stop")
     (folder / "server.json").unlink()
 
@@ -179,14 +164,13 @@ def main(argv: list[str] | None = None) -> int:
             stop(args.folder)
         elif args.command == "status":
             state = state_of(args.folder)
-            if state is None or not psutil.pid_exists(state["mlflow_pid"]):
-                print("team_server: not running")
-                return 1
-            print(f"team_server: {state['uri']}")
+            running = state is not None and psutil.pid_exists(state["mlflow_pid"])
+            print(f"team_server: {state['uri'] if running else 'not running'}")
+            return 0 if running else 1
+        elif (state := state_of(args.folder)) is None:
+            raise ToksError(f"no team server recorded in {args.folder}: start it first")
         else:
-            state, login = state_of(args.folder), credentials(args.folder)
-            if state is None:
-                raise ToksError(f"no team server recorded in {args.folder}: start it first")
+            login = credentials(args.folder)
             print(f"export MLFLOW_TRACKING_URI={state['uri']}\nexport MLFLOW_TRACKING_USERNAME={login['username']}\n"
                   f"export MLFLOW_TRACKING_PASSWORD={login['password']}")
     except ToksError as error:

@@ -1,11 +1,10 @@
 """Show the stages' run records (runs/) as MLflow runs: `python -m toksel.publish [<tracking URI>]`.
 
-The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project>/mlflow.db;
-run it by hand for any other store (a team server). It rebuilds the view (toksel/tracking/view.py), one publisher at
-a time on this host: run it again after a failure, twice or at once, and the store holds each run once, none left
-RUNNING. A store that does not answer is
-one line and exit 2; the results are all in place, and running it again finishes the job. MLflow's own settings
-bound its waits: MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
+The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project>/mlflow.db; run
+it by hand for any other store (a team server). It rebuilds the view (tracking/view.py): again after a failure, twice
+or at once, the store holds each run once. A store that does not answer is one line and exit 2, the results all in
+place. MLflow's own settings bound its waits: MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and
+MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
 """
 
 from __future__ import annotations

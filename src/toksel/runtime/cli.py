@@ -6,6 +6,7 @@ Loads and validates the config (before anything is opened or written), runs the 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import errno
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from toksel.params import Config
@@ -182,37 +184,32 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         config = read.config
         check_experiment_alone()
         pipeline_key()  # a bad $TOKSEL_PIPELINE_ID is refused now, not after the stage's work
-
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
                             "set base.seeds=[<seed>] instead of seed=")
         if not is_worker():
             for line in remove_leftovers():
                 print(f"{stage}: {line}", file=sys.stderr)
-        # Every output of the stage (all its seeds, its run records) replaces the old ones together.
-        recorded: Recorded = []
-        records = []
-        with outputs_together():
+        with outputs_together():  # every output of the stage (all its seeds, its run records) replaces the old ones
             if every_seed is None:
-                record = naming.record(config, sections, False, told_dataset(argv), recorded)
-                started = time.perf_counter()
-                with record.run():
-                    body(config, record)
-                records.append(record)
-                _tell(record, time.perf_counter() - started)
+                record = naming.record(config, sections, False, told_dataset(argv), [])
+                done = [_run_unit(SeedUnit(body, record, config), captured=False)]
             else:
-                units = [SeedUnit(body, naming.record(dataclasses.replace(config, seed=seed), sections, True,
-                                                      told_dataset(argv), []), dataclasses.replace(config, seed=seed))
-                         for seed in (seeds or _all_seeds)(config)]
-                for done in _run_seeds(units, config):
-                    write_files(done.files)
-                    recorded.extend(done.record.recorded)
-                    records.append(done.record)
-                    _tell(done.record, done.seconds)
+                units = [SeedUnit(body, naming.record(replace(config, seed=seed), sections, True, told_dataset(argv),
+                                                      []), replace(config, seed=seed))
+                         for seed in (seeds(config) if seeds else config.base.seeds)]
+                # in-process under DDP, whose processes Lightning starts itself
+                done = ([_run_unit(unit) for unit in units] if config.train.strategy == "ddp"
+                        else map_units(_run_unit, units, config.compute, "processes"))
+            for record, files, seconds in done:
+                write_files(files)
+                _tell(record, seconds)
             if not is_worker():
                 if every_seed is not None:
+                    recorded = [item for record, _, _ in done for item in record.recorded]
                     write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))
-                write_records(naming.records_path(config), records, _pipeline(read.params_path))
+                write_records(naming.records_path(config), [record for record, _, _ in done],
+                              _pipeline(read.params_path))
             # at the end, before the outputs replace the old ones
             check_params_unchanged(read.params_path, read.params_digest)
             check_experiment_alone()
@@ -236,34 +233,20 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
 
 @dataclasses.dataclass(frozen=True)
 class SeedUnit:
-    """One seed of a stage that runs every seed: a unit of work (runtime/fanout.py), wherever it runs."""
+    """A run of the stage's body (one seed's, where it runs every seed): a unit of work (runtime/fanout.py)."""
     body: StageBody
     record: RunRecord
     config: Config
 
 
-@dataclasses.dataclass(frozen=True)
-class SeedDone:
-    record: RunRecord  # with the metrics it recorded
-    files: dict[Path, bytes]  # its outputs, for the stage to write with its own
-    seconds: float
-
-
-def _run_seeds(units: list[SeedUnit], config: Config) -> list[SeedDone]:
-    """Every seed of the stage: a process each on this machine (a fit seeds torch's global generator), or a
-    cluster's workers (compute.address); in-process under DDP, whose processes Lightning starts itself."""
-    if config.train.strategy == "ddp":
-        return [_run_seed(unit) for unit in units]
-    return map_units(_run_seed, units, config.compute, "processes")
-
-
-def _run_seed(unit: SeedUnit) -> SeedDone:
-    """A seed's run: its outputs captured, not put in place (the stage does that, with all its seeds')."""
+def _run_unit(unit: SeedUnit, captured: bool = True) -> tuple[RunRecord, dict[Path, bytes], float]:
+    """The unit's run, with its record; its outputs captured for the stage to write with its other seeds' (a seed
+    may run in another process), or written in place; and its seconds."""
     silence_known_warnings()
     started = time.perf_counter()
-    with captured_outputs() as files, unit.record.run():
+    with captured_outputs() if captured else contextlib.nullcontext({}) as files, unit.record.run():
         unit.body(unit.config, unit.record)
-    return SeedDone(unit.record, files, time.perf_counter() - started)
+    return unit.record, files, time.perf_counter() - started
 
 
 def _tell(record: RunRecord, seconds: float) -> None:
@@ -272,10 +255,6 @@ def _tell(record: RunRecord, seconds: float) -> None:
         outcome = f"{record.outcome}; " if record.outcome else ""
         written = f": {record.written}" if record.written else ""
         print(f"{record.name}: {outcome}done in {seconds:.1f} s{written}", flush=True)
-
-
-def _all_seeds(config: Config) -> list[int]:
-    return config.base.seeds
 
 
 def told_dataset(argv: Sequence[str]) -> bool:

@@ -210,8 +210,9 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     if OmegaConf.select(layer, "data.synthetic") is None and OmegaConf.select(command_line, "data.synthetic"):
         command_line.data.pop("synthetic")  # the generator's values (a test's tiny sizes): synthetic datasets' only
     config = _resolve([params, layer, command_line], dataset=name)  # the run's own first
-    for entry in datasets:
-        _resolve([shared, _dataset_layer(datasets, entry)], prefix=f"datasets.{entry}.")
+    for entry in datasets:  # the run's own entry, as the file has it, was checked just now
+        if entry != name or set(command_line) - {"dataset", "seed"}:
+            _resolve([shared, _dataset_layer(datasets, entry)], prefix=f"datasets.{entry}.")
     return ReadConfig(config, path, digest)
 
 

@@ -1,24 +1,19 @@
-"""Independent units of work through one interface: the seeds of a seeded stage, the points of the d sweep, the
-phase grid's cells, the calibration's replicates.
+"""Independent units of work through one interface, `map_units(work, units, settings, kind)`: the seeds of a seeded
+stage, the points of the d sweep, the phase grid's cells, the calibration's replicates. The results come back in
+the units' order.
 
-`map_units(work, units, settings, kind)` runs `work(unit)` for every unit and returns the results in the units'
-order.
-- Embedded, the default: joblib on this machine, no server and no set-up, `compute.workers` units at a time (0: the
-  machine's cores, or up to twice as many process units, all at once; a single unit, or a single worker, runs
-  here). `kind` says how: "threads" for units whose compiled passes release the GIL, "processes" for units that
-  are mostly Python or hold global state (a calibration replicate, a phase cell, whose flow's step control is
-  Python; a seed, whose fits seed torch's global generator): joblib's loky processes, started fresh (never a fork
-  of a process whose OpenMP threads have run) and kept for the stage's next map.
-- A cluster: `compute.address`, or $TOKSEL_COMPUTE_ADDRESS, names a Dask scheduler (tcp://host:8786); the units
-  go to its workers, whatever started them (dask-jobqueue on SLURM, dask-kubernetes, `dask scheduler` and
-  `dask worker` by hand, a LocalCluster in a test). The workers need the project installed (docs/scale.md).
-- Inside a unit, map_units runs its units there, one after another: the parallelism is the outer units'.
-Each unit carries its seed and inputs, fixed before it is submitted, runs on one thread of BLAS, numba and torch
-(a Dask worker has one, and a sum split over more threads rounds otherwise: the max-margin QP's last digits, a
-flow's gradient), and the results come back in the units' order: the numbers are the same whichever backend ran
-them. Which backend runs them is not a result, so `compute` is in no stage's settings (pipelines/sections.py):
-pointing a run at a cluster reruns nothing. A unit carries the working directory and the few environment
-variables that steer the computation (CARRIED), never the rest: no password or token leaves this machine in one.
+- Here, the default: joblib, `compute.workers` units at a time (0: one per core, or every process unit at once up
+  to twice the cores). kind "threads" for units whose compiled passes release the GIL; "processes" for units that
+  are mostly Python or hold global state (a seed's fits seed torch's generator): joblib's loky processes, fresh
+  (never a fork of a process whose OpenMP threads have run) and kept for the stage's next map.
+- A cluster: `compute.address` or $TOKSEL_COMPUTE_ADDRESS names a Dask scheduler (tcp://host:8786), whatever
+  started its workers (docs/scale.md); the workers need the project at the same path.
+- Inside a unit, map_units runs its own units one after another: the parallelism is the outer units'.
+
+Each unit runs on one thread of BLAS, numba and torch (a Dask worker has one, and a sum split over more threads
+rounds otherwise), so the numbers are the same whichever backend ran them; `compute` is in no stage's settings and
+pointing a run at a cluster reruns nothing. A unit carries the working directory and the few environment variables
+that steer the computation (Place.CARRIED), never the rest: no password or token leaves this machine in one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Atomic file output: write to a temporary sibling, then rename, so a killed stage leaves no half file.
+"""Files written whole, and read back checked.
 
-Inside `outputs_together()` (a stage's whole run) the renames wait for the end of the block, so that a stage that
-fails replaces none of its old outputs. Whether an output is the one its stage wrote is DVC's to know: dvc.lock
-holds the hash of every output, and `dvc status` and `dvc repro` find one edited, cut or half replaced and run
-its stage again. A stage reads another's output through `require_output` (or read_json, read_npz), which checks
-what it can see, shape and type: a missing file names the stage to run first, one that is not JSON or not an npz,
-or lacks a key asked for, names its file and the stage to run again, in one line.
+A file is written to a temporary sibling, then renamed, so a killed stage leaves no half file. Inside
+`outputs_together()` (a stage's whole run) the renames wait for the end of the block, so that a stage that fails
+replaces none of its old outputs. Whether an output is the one its stage wrote is DVC's to know (dvc.lock holds
+every output's hash). A stage reads another's output through `require_output`, read_json or read_npz, which check
+what they can see: a missing file names the stage to run first; one that is not JSON or not an npz, or lacks a key
+asked for, names its file and the stage to run again, in one line.
 """
 
 from __future__ import annotations
@@ -29,14 +29,7 @@ from toksel.runtime.errors import ToksError
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # .<name>.tmp-<pid>, next to <name>
 SEARCHED = ("data", "results", "runs")  # where stages write, and so where temporary files can be left
 
-
-class _Transaction:
-    def __init__(self) -> None:
-        self.renames: dict[Path, Path] = {}  # final path -> its temporary file, in the order written
-        self.digests: dict[Path, list] = {}  # temporary file -> [size, sha256], once hashed
-
-
-_open: list[_Transaction] = []
+_waiting: list[dict[Path, Path]] = []  # per open block: final path -> its temporary file, in the order written
 
 
 @contextmanager
@@ -48,25 +41,29 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
-        if _open:
-            _open[-1].renames[path] = tmp
-            _open[-1].digests.pop(tmp, None)  # written again: hashed afresh
-            return
-        os.replace(tmp, path)
+        if _waiting:
+            _waiting[-1][path] = tmp
+        else:
+            os.replace(tmp, path)
     finally:
-        if tmp.exists() and not (_open and _open[-1].renames.get(path) == tmp):
+        if tmp.exists() and not (_waiting and _waiting[-1].get(path) == tmp):
             tmp.unlink()
 
 
 def pending(path: Path | str) -> bool:
     """Whether `path` was written in the open outputs_together block and waits for its end."""
-    return bool(_open) and Path(path) in _open[-1].renames
+    return bool(_waiting) and Path(path) in _waiting[-1]
+
+
+def _current(path: Path | str) -> Path:
+    """Where `path`'s content is now: its temporary file while it waits for the block's end."""
+    return _waiting[-1][Path(path)] if pending(path) else Path(path)
 
 
 def file_sha256(path: Path | str) -> str:
-    """The SHA-256 of `path` as this stage wrote it (its temporary file while it waits for outputs_together)."""
-    path = Path(path)
-    return _digest(_open[-1].renames.get(path, path) if _open else path)[1]
+    """The SHA-256 of `path` as this stage wrote it."""
+    with open(_current(path), "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def file_digests(paths: Iterable[Path]) -> dict[str, str | None]:
@@ -75,57 +72,46 @@ def file_digests(paths: Iterable[Path]) -> dict[str, str | None]:
 
 
 @contextmanager
-def outputs_together() -> Iterator[None]:
-    """Every file written inside replaces its old version at the end, all together; on an error none does."""
-    transaction = _Transaction()
-    _open.append(transaction)
+def _block() -> Iterator[dict[Path, Path]]:
+    renames: dict[Path, Path] = {}
+    _waiting.append(renames)
     try:
-        yield
+        yield renames
     except BaseException:
-        for tmp in transaction.renames.values():
+        for tmp in renames.values():
             tmp.unlink(missing_ok=True)
         raise
     finally:
-        _open.remove(transaction)
-    _commit(transaction.renames)
+        _waiting.remove(renames)
+
+
+@contextmanager
+def outputs_together() -> Iterator[None]:
+    """Every file written inside replaces its old version at the end, all together; on an error none does."""
+    with _block() as renames:
+        yield
+    for path, tmp in renames.items():
+        os.replace(tmp, path)
 
 
 @contextmanager
 def captured_outputs() -> Iterator[dict[Path, bytes]]:
-    """Like outputs_together, but the files written inside are handed back as {path: bytes} at the end instead of
-    put in place: the outputs of a unit of work that ran in another process, perhaps on another machine, which the
-    stage that submitted it writes among its own (write_files). Inside, a file just written reads back as usual."""
-    transaction = _Transaction()
-    _open.append(transaction)
+    """Like outputs_together, but the files written inside are handed back as {path: bytes} instead of put in
+    place: the outputs of a unit of work run in another process, perhaps on another machine, which the stage that
+    submitted it writes among its own (write_files)."""
     files: dict[Path, bytes] = {}
-    try:
+    with _block() as renames:
         yield files
-        files.update((path, tmp.read_bytes()) for path, tmp in transaction.renames.items())
-    finally:
-        _open.remove(transaction)
-        for tmp in transaction.renames.values():
-            tmp.unlink(missing_ok=True)
+    files.update((path, tmp.read_bytes()) for path, tmp in renames.items())
+    for tmp in renames.values():
+        tmp.unlink(missing_ok=True)
 
 
 def write_files(files: dict[Path, bytes]) -> None:
-    """Files that captured_outputs handed back, written here as any output is (atomically, recorded)."""
+    """Files that captured_outputs handed back, written here as any output is."""
     for path, content in files.items():
         with atomic_path(path) as tmp:
             tmp.write_bytes(content)
-
-
-def _digest(path: Path) -> list:
-    """[size, SHA-256] of `path`; a file waiting in the open outputs_together is hashed once (its run record's)."""
-    known = _open[-1].digests if _open and path in _open[-1].renames.values() else {}
-    if path not in known:
-        with open(path, "rb") as handle:
-            known[path] = [path.stat().st_size, hashlib.file_digest(handle, "sha256").hexdigest()]
-    return known[path]
-
-
-def _commit(renames: dict[Path, Path]) -> None:
-    for path, tmp in renames.items():
-        os.replace(tmp, path)
 
 
 def remove_leftovers() -> list[str]:
@@ -141,50 +127,16 @@ def remove_leftovers() -> list[str]:
 
 
 def _json_safe(value: Any) -> Any:
-    """NaN and inf are not JSON: write them as null."""
+    """NaN and inf are not JSON: written as null."""
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def write_json(path: Path | str, data: dict[str, Any] | list[Any]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
-
-
-def damaged(path: Path | str, error: Exception, producer: str | None = None, why: str | None = None) -> ToksError:
-    """The one-line error for a file a stage wrote that cannot be read back (truncated, overwritten, ...)."""
-    return ToksError(f"{path} is damaged ({why or type(error).__name__}): {_run_again(producer)}")
-
-
-def _run_again(producer: str | None) -> str:
-    return f"run the {producer} stage again" if producer else "run the stage that writes it again"
-
-
-class Record(dict):
-    """A JSON object read from a stage's output: asking it for a key it lacks is that file's fault, told in one
-    line, not a KeyError."""
-
-    def __init__(self, items: dict, path: Path | str, producer: str | None) -> None:
-        super().__init__(items)
-        self.path, self.producer = path, producer
-
-    def __missing__(self, key: object) -> Any:
-        raise damaged(self.path, KeyError(key), self.producer, f"it has no {key!r}")
-
-
-def read_json(path: Path | str, producer: str | None = None) -> Any:
-    """A JSON file another stage (`producer`: then a missing file names it) wrote."""
-    if producer is not None:
-        path = require_output(path, producer)
-    try:
-        return json.loads(Path(path).read_text(), object_hook=lambda items: Record(items, path, producer))
-    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
-        raise damaged(path, error, producer) from None
+    write_text(path, json.dumps(_json_safe(data), indent=2) + "\n")
 
 
 def write_text(path: Path | str, text: str) -> None:
@@ -204,13 +156,44 @@ def write_npz(path: Path | str, **arrays: Any) -> None:
         np.savez(fh, **arrays)
 
 
+def write_csv(path: Path | str, frame: Any, float_format: str = "%.10g") -> None:
+    """A pandas DataFrame as CSV."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format=float_format)
+
+
+def damaged(path: Path | str, error: Exception, producer: str | None = None, why: str | None = None) -> ToksError:
+    """The one-line error for a file a stage wrote that cannot be read back (truncated, overwritten, ...)."""
+    again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
+    return ToksError(f"{path} is damaged ({why or type(error).__name__}): {again}")
+
+
+class Record(dict):
+    """A JSON object read from a stage's output: asking it for a key it lacks is that file's fault, told in one
+    line, not a KeyError."""
+
+    def __init__(self, items: dict, path: Path | str, producer: str | None) -> None:
+        super().__init__(items)
+        self.path, self.producer = path, producer
+
+    def __missing__(self, key: object) -> Any:
+        raise damaged(self.path, KeyError(key), self.producer, f"it has no {key!r}")
+
+
 def require_output(path: Path | str, producer: str) -> Path:
     """`path`, which the stage `producer` writes; a clear error if that stage has not run."""
-    if pending(path):  # written by this stage a moment ago, not yet in place
-        return _open[-1].renames[Path(path)]
-    if not Path(path).exists():
+    if not pending(path) and not Path(path).exists():
         raise ToksError(f"{path} is missing: run the {producer} stage first (dvc repro {producer})")
-    return Path(path)
+    return _current(path)
+
+
+def read_json(path: Path | str, producer: str | None = None) -> Any:
+    """A JSON file another stage (`producer`: then a missing file names it) wrote."""
+    where = require_output(path, producer) if producer is not None else Path(path)
+    try:
+        return json.loads(where.read_text(), object_hook=lambda items: Record(items, path, producer))
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        raise damaged(path, error, producer) from None
 
 
 def read_npz(path: Path | str, producer: str) -> dict[str, np.ndarray]:
@@ -220,9 +203,3 @@ def read_npz(path: Path | str, producer: str) -> dict[str, np.ndarray]:
             return Record({name: z[name] for name in z.files}, path, producer)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not an npz, a bad member
         raise damaged(path, error, producer) from None
-
-
-def write_csv(path: Path | str, frame: Any, float_format: str = "%.10g") -> None:
-    """A pandas DataFrame as CSV, atomically."""
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, float_format=float_format)

@@ -1,10 +1,8 @@
-"""Memory: refuse up front what cannot fit, and keep freed memory in the process instead of handing it back to the
-operating system.
+"""Memory: refuse up front what cannot fit, and keep freed memory in the process.
 
-glibc's malloc returns every block above its mmap threshold (at most 32 MiB by default) to the kernel when it
-is freed, and trims the heap above its trim threshold. A training step frees and reallocates gradients and
-temporaries of the size of E (60 MB on IMDB) every time, so each step faulted in about 230 MB of fresh pages:
-a third of its time. With both thresholds raised, the freed blocks are reused.
+glibc returns every freed block above its mmap threshold to the kernel and trims the heap above its trim threshold.
+A training step frees and reallocates gradients the size of E (60 MB on IMDB) every time, so each step faulted in
+about 230 MB of fresh pages, a third of its time; with both thresholds raised the freed blocks are reused.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """A process named so that it can be recognised later: its PID with its start time, since a PID alone may name an
-unrelated process once ours has exited. The team server stops its processes by it; MLflow runs carry it, so that a
-run whose process was killed outright can be told from one still running."""
+unrelated process once ours has exited (the workspace's claim by a running experiment, a pipeline's key)."""
 
 from __future__ import annotations
 
@@ -19,10 +18,6 @@ class Process:
         return cls(pid, psutil.Process(pid).create_time())
 
     @classmethod
-    def current(cls) -> Process:
-        return cls.of(psutil.Process().pid)
-
-    @classmethod
     def parse(cls, text: str) -> Process:
         """The inverse of str(): "<pid>-<start time>"."""
         pid, create_time = text.split("-", 1)
@@ -35,7 +30,6 @@ class Process:
         """Alive and still ours; a zombie counts as gone (it has exited, only its parent has not reaped it)."""
         try:
             process = psutil.Process(self.pid)
-            return (abs(process.create_time() - self.create_time) < 0.5
-                    and process.status() != psutil.STATUS_ZOMBIE)
+            return abs(process.create_time() - self.create_time) < 0.5 and process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False

@@ -1,20 +1,15 @@
-"""A stage's results belong to the parameters it read: nothing may change the workspace under a running stage;
-and DVC's own record, dvc.lock, survives a kill.
+"""A stage's results belong to the parameters it read, and DVC's own record, dvc.lock, survives a kill.
 
-DVC records a stage's parameters when the stage ends, by reading params.yaml again. Two things can make that
-record lie, and both are refused here with one line (exit 2) before the stage's outputs replace the old ones:
-
-- params.yaml changed while the stage ran (an edit; a second `dvc exp run`, which writes its parameters into
-  the workspace before it finds the first one's lock): the values in the file no longer match those the
-  stage read (a comment or the layout may change).
-- A second `dvc exp run` started in a workspace where one already runs. DVC (3.x) lets it rewrite the running
-  experiment's records (its git refs, and `.dvc/tmp/exps/run/workspace/`: the experiment's name and DVC's PID)
-  and its parameters before anything of ours runs; the first experiment's later stages would then run with the
-  second's parameters under the first's name. So the first stage of an experiment in the workspace claims it
-  (`.dvc/tmp/toksel-experiment.json`: the DVC process that runs it, by PID and start time); a stage of another
-  experiment, while that process lives, stops; and a stage whose experiment's records now name another one
-  stops too. Queued experiments (`dvc exp run --queue`, then `dvc queue start`) run in folders of their own and
-  are not concerned.
+DVC records a stage's parameters when the stage ends, by reading params.yaml again. Two things would make that
+record lie; both are refused with one line (exit 2) before the stage's outputs replace the old ones:
+- params.yaml's values changed while the stage ran (an edit, or a second `dvc exp run`, which writes its
+  parameters into the workspace before it finds the first one's lock);
+- a second `dvc exp run` in a workspace where one already runs: DVC (3.x) lets it rewrite the running experiment's
+  records (`.dvc/tmp/exps/run/workspace/`) and parameters, so the first one's later stages would run with the
+  second's parameters under the first's name. The first stage of an experiment in the workspace claims it
+  (`.dvc/tmp/toksel-experiment.json`: DVC's process, by PID and start time); a stage of another experiment stops
+  while that process lives, and so does a stage whose experiment DVC's records no longer name. Queued
+  experiments run in folders of their own and are not concerned.
 """
 
 from __future__ import annotations

@@ -2,12 +2,10 @@
 
 `publish` shows each record as an MLflow run of the toksel experiment: a parent run per pipeline execution, its
 stage runs under it, their trials, controls and cells under those. A run is known by its record: RECORD_TAG holds
-the SHA-256 of the record (stage, dataset, variant, seed, parameters, metrics, the digests of its artifacts, its
-times) and of its parent's. Publishing rebuilds the view of the pipeline executions the records name, under the
-store's lock (runtime/experiment.py): it keeps the finished run of each record, makes the runs no run shows yet
-(parents first), and deletes every other run of those executions: one no record backs any longer, one a publisher
-killed midway left unfinished, one made twice. Hence publishing twice is publishing once, and a rerun after a
-failure finishes the job. The records are the truth: a store that fails costs this step alone.
+the SHA-256 of the record and of its parent's. Under the store's lock (runtime/experiment.py), publishing keeps the
+finished run of each record, makes the missing ones (parents first) and deletes every other run of those
+executions (one no record backs, one left unfinished by a killed publisher, one made twice): publishing twice is
+publishing once, and a rerun after a failure finishes the job. A store that fails costs this step alone.
 """
 
 from __future__ import annotations
