@@ -32,6 +32,7 @@ TIMING_METRICS = {"seconds", "control_seconds", "peak_memory_mb"}
 TINY_TRAIN = ["train.max_epochs=6", "train.patience=6", "train.batch_size=16", "train.lr=0.02", "train.lr_grid=[0.02]",
               "train.datasets=[synthetic]", "train.heldout_min_count=1", "train.arms=[trained]"]
 ALL_ARMS = "train.arms=[trained,untrained,one_step]"
+OPTIMISER = {"optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0}  # a model built by hand in a test: params.yaml's
 
 
 @contextlib.contextmanager

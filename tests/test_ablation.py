@@ -11,7 +11,7 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import ablation, prepare
-from tests.helpers import TINY, published_runs, seed_folder
+from tests.helpers import OPTIMISER, TINY, published_runs, seed_folder
 from toksel.claims.rebuttal import TABLES, shape_agreement
 from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
@@ -29,7 +29,7 @@ def test_every_configured_variant_has_a_layout():
 def test_the_focus_of_the_attention_matches_a_count_sequence_by_sequence():
     init = initialise(6, 4, seed=0)
     important = torch.tensor([True, False, False, True, False, False])
-    module = SequenceModule(SequenceClassifier(init.E, init.p, init.v, layers=2), important)
+    module = SequenceModule(SequenceClassifier(init.E, init.p, init.v, layers=2), important, **OPTIMISER)
     X = torch.tensor([[0, 1, 2, 0], [1, 2, 4, 5], [3, 3, 1, 0]])
     mask = torch.tensor([[True, True, True, False], [True, True, True, True], [True, True, False, False]])
     logits, focus = module.logits_and_focus({"X": X, "mask": mask, "labels": torch.tensor([0, 1, 1])})

@@ -10,7 +10,7 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import prepare, report, train
-from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, published_runs, seed_folder
+from tests.helpers import ALL_ARMS, OPTIMISER, TINY, TINY_TRAIN, published_runs, seed_folder
 from toksel import explain
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
@@ -41,7 +41,7 @@ def test_every_arm_keeps_its_model_and_its_reading_is_the_models_own(trained):
         # The reading from the kept scores and values is the model's own output on the same review.
         split = PackedSplit.load(data_dir("synthetic", 0) / "test.npz")
         module = BagClassifier(torch.tensor(E), torch.tensor(p), torch.tensor(v), torch.zeros(len(E), dtype=bool),
-                               train_embeddings=True)
+                               train_embeddings=True, **OPTIMISER)
         with torch.no_grad():
             logits = module.logits(batch_of_rows(split, np.arange(3)))
         for row in range(3):

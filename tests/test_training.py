@@ -16,7 +16,7 @@ import torch
 from mlflow import MlflowClient
 
 from pipelines import compare, d_sweep, gradient_flow, train
-from tests.helpers import ALL_ARMS, TINY, TINY_TRAIN, published_runs, seed_folder
+from tests.helpers import ALL_ARMS, OPTIMISER, TINY, TINY_TRAIN, published_runs, seed_folder
 from toksel.claims.measurements import EQUAL, MATCHED, grid_runs
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
@@ -92,7 +92,7 @@ def _fit_parts(config, lr=0.02):
     embeddings = np.load(results_dir("one_step", "synthetic") / "seed0" / "embeddings.npz")
     tokens = read_token_table(data_dir("synthetic", 0) / "tokens.csv")
     module = BagClassifier(*(torch.tensor(embeddings[key], dtype=torch.float32) for key in ("E0", "p0", "v")),
-                           torch.tensor(tokens.important), train_embeddings=True, lr=lr)
+                           torch.tensor(tokens.important), train_embeddings=True, **{**OPTIMISER, "lr": lr})
     data = PackedDataModule(data_dir("synthetic", 0), 16, 0.1, seed=0)
     return module, data
 
@@ -211,7 +211,7 @@ def test_an_evaluation_pass_computes_the_token_products_once_and_a_training_step
     batch = batch_of_rows(split, np.arange(12))
     generator = torch.Generator().manual_seed(0)
     E, p, v = (torch.randn(*shape, generator=generator) for shape in ((9, 4), (4,), (4,)))
-    module = BagClassifier(E, p, v, torch.zeros(9, dtype=torch.bool), train_embeddings=True)
+    module = BagClassifier(E, p, v, torch.zeros(9, dtype=torch.bool), train_embeddings=True, **OPTIMISER)
     with torch.no_grad():
         plain = module.logits(batch)
         with module.evaluating():

@@ -143,7 +143,7 @@ class BagClassifier(ClassifierModule):
     """The one-layer model on batches of bags (training/data.py)."""
 
     def __init__(self, E: torch.Tensor, p: torch.Tensor, v: torch.Tensor, important: torch.Tensor,
-                 train_embeddings: bool, optimizer: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+                 train_embeddings: bool, optimizer: str, lr: float, weight_decay: float) -> None:
         super().__init__(important, optimizer, lr, weight_decay)
         if train_embeddings:
             self.E = nn.Parameter(E.clone())

@@ -13,8 +13,8 @@ from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy
 
 
 class SequenceModule(ClassifierModule):
-    def __init__(self, model: SequenceClassifier, important: torch.Tensor, optimizer: str = "adam",
-                 lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+    def __init__(self, model: SequenceClassifier, important: torch.Tensor, optimizer: str, lr: float,
+                 weight_decay: float) -> None:
         super().__init__(important, optimizer, lr, weight_decay)
         self.model = model
 
