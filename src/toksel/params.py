@@ -52,8 +52,8 @@ class SyntheticConfig:
     delta: float = Field(ge=0.0, le=1.0, description="independent mode: probability of an irrelevant token")
 
 
-# A file dataset's files lie in this folder of the project, which check_params depends on in dvc.yaml: a changed
-# file reruns check_params, whose settings of that dataset's prepare hold the file's SHA-256.
+# A file dataset's files lie in this folder of the project, which check_params and prepare depend on in dvc.yaml:
+# a changed file reruns them.
 OWN_DATA = Path("data", "own")
 FILE_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}  # extension -> format
 
@@ -430,9 +430,6 @@ def _rules(config: Config) -> None:
     _require(_distinct([f"{eta0:g}" for eta0 in phase.eta0]) and _distinct(phase.d),
              f"phase.eta0 = {phase.eta0} and phase.d = {phase.d} must each hold distinct values (each names a cell "
              "of the grid)")
-    for name in (config.dataset, *config.datasets):
-        problem = name_problem(name, "dataset key")
-        _require(problem is None, problem or "")
     if config.datasets:  # a dataset entry's own config is read without the others
         named = [("train.datasets", train.datasets), ("ablation.datasets", config.ablation.datasets),
                  ("ablation.multiclass", [config.ablation.multiclass]), ("d_sweep.datasets", sweep.datasets),

@@ -195,9 +195,9 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 record = naming.record(config, sections, False, told_dataset(argv), [])
                 done = [_run_unit(SeedUnit(body, record, config), captured=False)]
             else:
-                units = [SeedUnit(body, naming.record(replace(config, seed=seed), sections, True, told_dataset(argv),
-                                                      []), replace(config, seed=seed))
-                         for seed in (seeds(config) if seeds else config.base.seeds)]
+                configs = [replace(config, seed=seed) for seed in (seeds(config) if seeds else config.base.seeds)]
+                units = [SeedUnit(body, naming.record(seeded, sections, True, told_dataset(argv), []), seeded)
+                         for seeded in configs]
                 # in-process under DDP, whose processes Lightning starts itself
                 done = ([_run_unit(unit) for unit in units] if config.train.strategy == "ddp"
                         else map_units(_run_unit, units, config.compute, "processes"))

@@ -204,8 +204,8 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     shared = OmegaConf.merge(OmegaConf.masked_copy(params, [key for key in params if key != "datasets"]),
                              {"datasets": {}})
     for entry in (name, *datasets):  # names first: each stands in a folder and a command line
-        if name_problem(entry, "dataset key"):
-            raise ToksError(f"config error: {name_problem(entry, 'dataset key')}")
+        if problem := name_problem(entry, "dataset key"):
+            raise ToksError(f"config error: {problem}")
     layer = _dataset_layer(datasets, name)
     if OmegaConf.select(layer, "data.synthetic") is None and OmegaConf.select(command_line, "data.synthetic"):
         command_line.data.pop("synthetic")  # the generator's values (a test's tiny sizes): synthetic datasets' only
@@ -243,13 +243,20 @@ def describe(config: Config, sections: Iterable[str]) -> list[str]:
             for spec in dataclasses.fields(value):
                 line(value, spec.name, f"{key}.{spec.name}")
             return
-        help = pydantic.TypeAdapter(type(owner)).json_schema()["properties"][name].get("description", "")
+        help = _descriptions(type(owner)).get(name, "")
         lines.append(f"  {f'{key}={value}':<44} {help}".rstrip())
 
     for name in sections:
         section, _, key = name.partition(".")
         line(getattr(config, section) if key else config, key or section, name)
     return lines
+
+
+@functools.cache
+def _descriptions(section: type) -> dict[str, str]:
+    """A schema section's key -> its description, read from its JSON schema once."""
+    return {name: spec.get("description", "")
+            for name, spec in pydantic.TypeAdapter(section).json_schema()["properties"].items()}
 
 
 def params_hash(sections: dict[str, Any]) -> str:

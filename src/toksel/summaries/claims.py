@@ -1,6 +1,7 @@
 """A claim's row as every table of verdicts shows it: a stage's summary (evaluate, compare, ablation_report) and
-the report alike. The row starts with the claim's id, its name in toksel.claims.catalogue, so that a reader goes
-from a row to its code; a claim whose stage has not run names that stage."""
+the report alike. The row starts with the claim's id, its name in toksel.claims.catalogue, and names the stage and
+function that compute its statistic, so that a reader goes from a row to its code; a claim whose stage has not run
+names that stage."""
 
 from __future__ import annotations
 
