@@ -28,7 +28,7 @@ from toksel.models.fused import FusedBags
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.theory.convergence import agreement, growth_settledness, log_growth
-from toksel.theory.gradient_flow import Trajectory, halved, run_gradient_flow
+from toksel.theory.gradient_flow import Integration, Trajectory, halved, run_gradient_flow
 
 HORIZONS = (1e3, 1e4, 1e5, 1e6, 1e7, 1e8)
 DATASETS = ("yelp_polarity", "imdb")
@@ -78,7 +78,7 @@ HEADER = ["dataset", "T", "run s", "halved s", "steps", "refused", "gradients", 
 
 def measure(problem: Problem, dataset: str, horizon: float, method: str, tolerance: float) -> Row:
     start = time.perf_counter()
-    run = run_gradient_flow(problem.E, problem.p0, problem.v, problem.bags, horizon, tolerance, method=method)
+    run = run_gradient_flow(problem.E, problem.p0, problem.v, problem.bags, Integration(horizon, tolerance, method))
     middle = time.perf_counter()
     finer = halved(problem.E, problem.p0, problem.v, problem.bags, run, horizon)
     return Row(dataset, horizon, middle - start, time.perf_counter() - middle, run, finer)
@@ -86,7 +86,7 @@ def measure(problem: Problem, dataset: str, horizon: float, method: str, toleran
 
 def warm_up(problem: Problem, method: str) -> None:
     """Compile the passes (numba's cache) outside the timings."""
-    run_gradient_flow(problem.E, problem.p0, problem.v, problem.bags, 1e-3, 1e-3, method=method)
+    run_gradient_flow(problem.E, problem.p0, problem.v, problem.bags, Integration(1e-3, 1e-3, method))
 
 
 def markdown(rows: list[list[str]]) -> str:

@@ -49,7 +49,7 @@ def gradient_flow(config: Config, run: RunRecord) -> None:
     report, trajectory = flow.report, flow.trajectory
     if settings.max_margin and not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "
-              f"({report.n_constraints} constraints); cos_max_margin and normalized_margin are null",
+              f"({report.n_constraints} constraints); cos_max_margin_selected and normalized_margin are null",
               file=sys.stderr)
     if not flow.metrics["flow_faithful"]:
         gaps = ", ".join(f"{name} {flow.metrics[f'half_step_{key}']:.3g}" for name, key in (

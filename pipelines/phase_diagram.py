@@ -8,7 +8,7 @@ against its own mean |alpha_s|) and its one-step error slope are one value of ea
 over the seeds like every other claim. The window table and the heatmaps are the first seed's.
 
 Writes results/phase_diagram/: grid.csv (one row per cell and seed), one_step_error.csv, selection.png,
-cos_max_margin.png, one_step_error.png, summary.md and metrics.json.
+cos_max_margin_selected.png, one_step_error.png, summary.md and metrics.json.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from toksel.theory.phase import (
 
 SECTIONS = STAGE_SECTIONS["phase_diagram"]
 OUT = results_dir("phase_diagram", "")
-COLUMNS = ("d", "eta0", "seed", "selection_fraction", "selection_any_fraction", "cos_max_margin", "margin_ratio",
-           "loss", "p_norm", "one_step_orthogonal_ratio", "one_step_slope_rel_error", "one_step_slope",
+COLUMNS = ("d", "eta0", "seed", "selection_fraction", "selection_any_fraction", "cos_max_margin_selected",
+           "margin_ratio", "loss", "p_norm", "one_step_orthogonal_ratio", "one_step_slope_rel_error", "one_step_slope",
            "one_step_slope_theory", "flow_faithful")
 # The controls of the edge claims: the neighbouring laws, eta0 |alpha| / 2 = 1/d for the lower edge and
 # = 1/sqrt(d) for the upper one, against the same measured edges.
@@ -126,7 +126,7 @@ def phase_diagram(config: Config, run: RunRecord) -> None:
         tokens = read_token_table(data_dir(settings.dataset, seed) / "tokens.csv")
         alphas[seed] = float(np.abs(tokens.column("alpha")[tokens.important]).mean())
     grid["selects"] = grid["selection_fraction"] >= thresholds.min_selection_fraction
-    grid["max_margin"] = grid["selects"] & (grid["cos_max_margin"] >= thresholds.min_cos_max_margin)
+    grid["max_margin"] = grid["selects"] & (grid["cos_max_margin_selected"] >= thresholds.min_cos_max_margin)
     write_csv(OUT / "grid.csv", grid)
     first, mean_abs_alpha = grid[grid["seed"] == seeds[0]], alphas[seeds[0]]
     by_seed = {seed: seed_values(seed_grid(grid, first, seed), alphas[seed]) for seed in seeds}
@@ -164,8 +164,9 @@ def phase_diagram(config: Config, run: RunRecord) -> None:
     figures = {
         "selection.png": phase_heatmap(first, "selection_fraction", "Lemma 4.4: share of sequences whose "
                                        f"important token p selects (seed {seeds[0]})", mean_abs_alpha, (0.5, 1.0)),
-        "cos_max_margin.png": phase_heatmap(first, "cos_max_margin", r"Theorem 4.3: $\cos(p_T, p_{mm})$ for the "
-                                            f"final selection (seed {seeds[0]})", mean_abs_alpha, (0.5, 1.0)),
+        "cos_max_margin_selected.png": phase_heatmap(
+            first, "cos_max_margin_selected", r"Theorem 4.3: $\cos(p_T, p_{mm})$ for the "
+            f"final selection (seed {seeds[0]})", mean_abs_alpha, (0.5, 1.0)),
         "one_step_error.png": power_law_figure(error["d"].to_numpy(), error["one_step_orthogonal_ratio"].to_numpy(),
                                                error["fitted"].to_numpy(), law.slope,
                                                "update orthogonal to v / update along v",

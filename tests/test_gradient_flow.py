@@ -10,7 +10,7 @@ from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
 from toksel.theory.convergence import agreement, analyse_trajectory, growth_settledness, log_growth
-from toksel.theory.gradient_flow import halved, record_times, run_gradient_flow
+from toksel.theory.gradient_flow import Integration, halved, record_times, run_gradient_flow
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 
 VOCAB = SyntheticVocabulary(n_positive=4, n_negative=4, n_irrelevant=24)
@@ -28,13 +28,13 @@ def _one_step_case(eta0=40.0):
 
 def test_the_flow_selects_and_approaches_max_margin():
     split, bags, init, E1 = _one_step_case()
-    trajectory = run_gradient_flow(E1, *init, bags, horizon=1e5, tolerance=1e-3)
+    trajectory = run_gradient_flow(E1, *init, bags, Integration(1e5, 1e-3))
     report = analyse_trajectory(trajectory, E1, split, IMPORTANT, tol=1e-4)
     metrics = report.final_metrics()
     assert metrics["loss_decreasing_fraction"] == 1.0 and metrics["p_norm_increasing_fraction"] == 1.0
     assert metrics["selection_fraction"] == 1.0
     assert report.max_margin.status == "optimal"
-    cos = report.history["cos_max_margin"]
+    cos = report.history["cos_max_margin_selected"]
     assert cos[-1] > 0.95 and cos[-1] > cos[len(cos) // 2] > cos[1]
     assert 0 < metrics["margin_ratio"] <= 1 + 1e-6  # no direction beats the max-margin one
     assert trajectory.steps < 1000  # flow time 1e5 in a few hundred steps
@@ -42,7 +42,7 @@ def test_the_flow_selects_and_approaches_max_margin():
 
 def test_records_land_on_their_flow_times_and_start_at_p0():
     _, bags, init, E1 = _one_step_case()
-    trajectory = run_gradient_flow(E1, *init, bags, horizon=500.0, tolerance=1e-3)
+    trajectory = run_gradient_flow(E1, *init, bags, Integration(500.0, 1e-3))
     assert np.array_equal(trajectory.times, record_times(500.0))
     assert trajectory.times[0] == 0 and trajectory.times[-1] == 500.0 and trajectory.times[-4] == 250.0
     assert np.array_equal(trajectory.p[0], init[0])
@@ -53,7 +53,7 @@ def test_halving_every_step_agrees_with_a_careful_run_and_not_with_a_careless_on
     split, bags, init, E1 = _one_step_case(eta0=400.0)  # a stiffer flow: its steps must stay short
 
     def gaps(tolerance):
-        run = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=tolerance)
+        run = run_gradient_flow(E1, *init, bags, Integration(1e4, tolerance))
         finer = halved(E1, *init, bags, run, 1e4)
         assert np.array_equal(finer.times, run.times) and finer.steps == 2 * run.steps
         return agreement(run, finer, 1.0, 1.0)
@@ -65,10 +65,10 @@ def test_halving_every_step_agrees_with_a_careful_run_and_not_with_a_careless_on
 
 def test_without_the_qp_the_direction_metrics_are_absent_not_invented():
     split, bags, init, E1 = _one_step_case()
-    trajectory = run_gradient_flow(E1, *init, bags, horizon=100.0, tolerance=1e-3)
+    trajectory = run_gradient_flow(E1, *init, bags, Integration(100.0, 1e-3))
     report = analyse_trajectory(trajectory, E1, split, IMPORTANT, tol=1e-4, max_margin=False)
     assert report.max_margin.status == "not requested" and report.n_constraints == 0
-    assert np.isnan(report.history["cos_max_margin"]).all()
+    assert np.isnan(report.history["cos_max_margin_selected"]).all()
     assert np.isnan(report.final_metrics()["margin_ratio"])
     assert report.history["selection_fraction"][-1] >= 0
 
@@ -79,7 +79,7 @@ def test_multiclass_flow_lowers_the_cross_entropy_and_favours_the_important_toke
     bags = FusedBags.from_split(split, num_classes=4)
     p0, V = init.p.numpy(), init.v.numpy()
     E1 = one_gradient_step_on_embeddings(init.E.numpy(), p0, V, bags, eta0=200.0)
-    trajectory = run_gradient_flow(E1, p0, V, bags, horizon=4000.0, tolerance=1e-3)
+    trajectory = run_gradient_flow(E1, p0, V, bags, Integration(4000.0, 1e-3))
     assert np.all(np.diff(trajectory.loss) <= 0) and trajectory.p_norm[-1] > 2 * trajectory.p_norm[0]
     importance = np.abs(class_signed_frequency(split, 4)).max(axis=0)
     scores = E1 @ trajectory.p[-1]
@@ -99,8 +99,8 @@ def test_log_growth_tells_log_growth_from_a_bounded_norm():
 
 def test_the_penalised_flow_is_bounded_and_fails_the_growth_check():
     _, bags, init, E1 = _one_step_case()
-    free = run_gradient_flow(E1, *init, bags, horizon=1e6, tolerance=1e-3)
-    bounded = run_gradient_flow(E1, *init, bags, horizon=1e6, tolerance=1e-3, penalty=1.0 / 1e6)
+    free = run_gradient_flow(E1, *init, bags, Integration(1e6, 1e-3))
+    bounded = run_gradient_flow(E1, *init, bags, Integration(1e6, 1e-3), penalty=1.0 / 1e6)
     assert log_growth(free.times, free.p_norm) > 0.5 > log_growth(bounded.times, bounded.p_norm)
     assert bounded.p_norm[-1] < free.p_norm[-1]
 
@@ -114,13 +114,13 @@ def test_small_passes_run_on_one_thread_and_match_the_threaded_path(monkeypatch)
     assert threads.threads_for(127_957, 4_431 * 2048) == numba.config.NUMBA_NUM_THREADS  # 4-class Yelp
     _, bags, (p0, v), E1 = _one_step_case()
     before = numba.get_num_threads()
-    one = run_gradient_flow(E1, p0, v, bags, horizon=1000.0, tolerance=1e-3)
+    one = run_gradient_flow(E1, p0, v, bags, Integration(1000.0, 1e-3))
     assert numba.get_num_threads() == before  # restored after the flow
     with threads.pass_threads(10**9, 10**9):  # a large problem: every thread, even here
         assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
     # Every thread on the same problem: the partial sums split differently, a rounding-level change only.
     monkeypatch.setattr(threads, "SMALL_ENTRIES", 0)
-    threaded = run_gradient_flow(E1, p0, v, bags, horizon=1000.0, tolerance=1e-3)
+    threaded = run_gradient_flow(E1, p0, v, bags, Integration(1000.0, 1e-3))
     np.testing.assert_allclose(threaded.p, one.p, rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(threaded.loss, one.loss, rtol=1e-9)
 
@@ -154,8 +154,8 @@ def test_the_hessian_product_is_the_derivative_of_the_gradient():
 
 def test_the_implicit_method_follows_the_same_flow_as_gradient_steps():
     _, bags, init, E1 = _one_step_case(eta0=400.0)
-    explicit = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=1e-3)
-    implicit = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=1e-3, method="implicit")
+    explicit = run_gradient_flow(E1, *init, bags, Integration(1e4, 1e-3))
+    implicit = run_gradient_flow(E1, *init, bags, Integration(1e4, 1e-3, "implicit"))
     assert implicit.method == "implicit" and explicit.method == "explicit"
     assert np.array_equal(implicit.times, explicit.times) and sum(implicit.step_sizes) == pytest.approx(1e4)
     assert agreement(explicit, implicit, 1.0, 1.0).faithful(0.02)
@@ -165,8 +165,8 @@ def test_the_implicit_method_follows_the_same_flow_as_gradient_steps():
 @pytest.mark.parametrize("method", ["implicit", "implicit-krylov"])
 def test_on_a_stiff_flow_the_implicit_methods_take_far_fewer_steps_and_their_halved_runs_agree(method):
     bags, init, E = _stiff_case()
-    explicit = run_gradient_flow(E, *init, bags, horizon=1e4, tolerance=1e-3)
-    implicit = run_gradient_flow(E, *init, bags, horizon=1e4, tolerance=1e-3, method=method)
+    explicit = run_gradient_flow(E, *init, bags, Integration(1e4, 1e-3))
+    implicit = run_gradient_flow(E, *init, bags, Integration(1e4, 1e-3, method))
     assert implicit.steps < explicit.steps / 10, (implicit.steps, explicit.steps)  # about 200 against 4,400
     assert agreement(explicit, implicit, 1.0, 1.0).faithful(0.02)
     finer = halved(E, *init, bags, implicit, 1e4)
@@ -177,7 +177,7 @@ def test_on_a_stiff_flow_the_implicit_methods_take_far_fewer_steps_and_their_hal
 
 def test_the_implicit_methods_halved_check_can_fail():
     _, bags, init, E1 = _one_step_case(eta0=400.0)
-    careless = run_gradient_flow(E1, *init, bags, horizon=1e4, tolerance=0.3, method="implicit")
+    careless = run_gradient_flow(E1, *init, bags, Integration(1e4, 0.3, "implicit"))
     assert not agreement(careless, halved(E1, *init, bags, careless, 1e4), 1.0, 1.0).faithful(0.02)
 
 
@@ -186,7 +186,7 @@ def test_an_unknown_method_is_refused():
 
     _, bags, init, E1 = _one_step_case()
     with pytest.raises(ToksError, match="unknown method"):
-        run_gradient_flow(E1, *init, bags, horizon=10.0, tolerance=1e-3, method="implicit-euler")
+        run_gradient_flow(E1, *init, bags, Integration(10.0, 1e-3, "implicit-euler"))
 
 
 def test_settledness_tells_a_settled_statistic_from_a_transient():
@@ -208,7 +208,7 @@ def test_settledness_tells_a_settled_statistic_from_a_transient():
 
 def test_the_implicit_penalised_flow_is_bounded_as_the_explicit_one_is():
     _, bags, init, E1 = _one_step_case()
-    explicit = run_gradient_flow(E1, *init, bags, horizon=1e6, tolerance=1e-3, penalty=1e-6)
-    implicit = run_gradient_flow(E1, *init, bags, horizon=1e6, tolerance=1e-3, penalty=1e-6, method="implicit")
+    explicit = run_gradient_flow(E1, *init, bags, Integration(1e6, 1e-3), penalty=1e-6)
+    implicit = run_gradient_flow(E1, *init, bags, Integration(1e6, 1e-3, "implicit"), penalty=1e-6)
     assert log_growth(implicit.times, implicit.p_norm) < 0.5
     assert implicit.p_norm[-1] == pytest.approx(explicit.p_norm[-1], rel=0.02)

@@ -40,9 +40,9 @@ def test_outputs_exist_with_the_stable_metric_names(finished_pipeline):
     metrics = {stage: json.loads((_folder(finished_pipeline, stage) / "metrics.json").read_text()) for stage in STAGES}
     assert {"slope", "slope_theory", "pearson_r", "orthogonal_ratio", "control_slope_rel_error",
             "control_pearson_r"} <= metrics["one_step"].keys()
-    assert {"loss", "p_norm", "selection_fraction", "cos_max_margin", "cos_max_margin_important", "normalized_margin",
-            "max_margin_norm", "log_growth", "control_log_growth", "control_selection_fraction", "flow_faithful",
-            "control_cos_max_margin_important"} <= metrics["gradient_flow"].keys()
+    assert {"loss", "p_norm", "selection_fraction", "cos_max_margin_selected", "cos_max_margin_important",
+            "normalized_margin", "max_margin_norm", "log_growth", "control_log_growth", "control_selection_fraction",
+            "flow_faithful", "control_cos_max_margin_important"} <= metrics["gradient_flow"].keys()
     assert metrics["prepare"]["seed0"]["max_abs_alpha_irrelevant"] == 0.0  # each seed's draw of the data
     assert not any("peak_memory_mb" in stage_metrics for stage_metrics in metrics.values())  # telemetry: not results
     records = {stage: json.loads((results.parent / "runs" / stage / "synthetic.json").read_text()) for stage in STAGES}
@@ -90,7 +90,7 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
     assert children["one_step"].data.params["one_step.eta0"] == "40.0"
     assert "gradient_flow.horizon" in children["gradient_flow"].data.params
     assert children["gradient_flow"].data.tags["seed"] == "0" and "seed" not in children["evaluate"].data.tags
-    history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin")
+    history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin_selected")
     assert [m.step for m in history] == list(range(len(record_times(1e4))))  # the records' indices
     artifacts = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id)]
     assert {"gradient_flow.png", "one_step.png", "token_scores.png", "summary.md"} <= set(artifacts)

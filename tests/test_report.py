@@ -91,14 +91,15 @@ def reported(tmp_path_factory):
 def test_a_phase_cell_records_selection_max_margin_and_the_one_step_error(reported):
     cell = json.loads((reported / "results" / "phase" / "d64" / "metrics.json").read_text())["eta40"]["seed0"]
     assert (cell["d"], cell["eta0"]) == (64, 40)
-    for name in ("selection_fraction", "cos_max_margin", "one_step_orthogonal_ratio", "one_step_slope_rel_error"):
+    for name in ("selection_fraction", "cos_max_margin_selected", "one_step_orthogonal_ratio",
+                 "one_step_slope_rel_error"):
         assert cell[name] is not None and math.isfinite(cell[name])
     # At d = 256 and eta0 = 40 the cell is the one_step and gradient_flow stages of TINY, run again.
     again = json.loads((reported / "results" / "phase" / "d256" / "metrics.json").read_text())["eta40"]["seed0"]
     flow = json.loads((reported / "results" / "gradient_flow" / "synthetic" / "seed0" / "metrics.json").read_text())
     first_step = json.loads((reported / "results" / "one_step" / "synthetic" / "seed0" / "metrics.json").read_text())
     assert again["selection_fraction"] == flow["selection_fraction"]
-    assert again["cos_max_margin"] == pytest.approx(flow["cos_max_margin"], rel=1e-9)
+    assert again["cos_max_margin_selected"] == pytest.approx(flow["cos_max_margin_selected"], rel=1e-9)
     assert again["one_step_orthogonal_ratio"] == pytest.approx(first_step["orthogonal_ratio"], rel=1e-12)
 
 
@@ -111,7 +112,7 @@ def test_the_phase_diagram_gathers_the_grid_and_fits_the_d_sweep(reported):
     expected = np.log(error["one_step_orthogonal_ratio"]).diff().iloc[1] / np.log(4)  # two points: their slope
     assert metrics["one_step_error_slope"] == pytest.approx(expected)
     assert metrics["cells"] == 2 and metrics["predicted_high"] == pytest.approx(2 / metrics["mean_abs_alpha_important"])
-    for figure in ("selection.png", "cos_max_margin.png", "one_step_error.png"):
+    for figure in ("selection.png", "cos_max_margin_selected.png", "one_step_error.png"):
         assert (out / figure).stat().st_size > 10_000
     assert "| 64 |" in (out / "summary.md").read_text()
 

@@ -206,7 +206,7 @@ def test_a_text_dataset_runs_through_every_stage(mirror_project):
     top = (results / "evaluate" / "tiny" / "top_tokens.json").read_text()
     assert "great" in top
     metrics = (results / "gradient_flow" / "tiny" / "seed0" / "metrics.json").read_text()
-    assert '"cos_max_margin": null' in metrics and '"score_p_important"' in metrics
+    assert '"cos_max_margin_selected": null' in metrics and '"score_p_important"' in metrics
 
 
 def test_multiclass_prepare_writes_per_class_statistics_that_sum_to_zero(mirror_project):

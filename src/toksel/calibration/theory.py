@@ -30,7 +30,7 @@ from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
 from toksel.params import GradientFlowConfig, SyntheticConfig
 from toksel.theory.convergence import log_growth
-from toksel.theory.gradient_flow import run_gradient_flow
+from toksel.theory.gradient_flow import Integration, run_gradient_flow
 from toksel.theory.max_margin import constraint_pairs, cosine, solve_max_margin
 from toksel.theory.one_step import (
     embedding_update,
@@ -127,8 +127,8 @@ def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate:
         E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
         E1 = embedding_update(E0, p0, v, FusedBags.from_split(train.with_signal(share, draw)), regime.eta0
                               ).applied(E0, p0, v)
-        trajectory = run_gradient_flow(E1, p0, v, FusedBags.from_split(train), flow.horizon, flow.tolerance,
-                                       penalty=penalty / flow.horizon)
+        trajectory = run_gradient_flow(E1, p0, v, FusedBags.from_split(train),
+                                       Integration(flow.horizon, flow.tolerance), penalty=penalty / flow.horizon)
         statistics = {"log_growth": log_growth(trajectory.times, trajectory.p_norm)}
         if penalty == 0 and flow.max_margin:
             p_final = trajectory.p[-1]

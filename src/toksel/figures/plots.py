@@ -116,7 +116,7 @@ def gradient_flow_figure(history: pd.DataFrame, max_margin_norm: float) -> plt.F
     panels = (  # (curves as column: label, title, limit)
         ({"p_norm": "flow", "half_step_p_norm": "steps halved"}, r"$\|p_t\|$ (Lemma 4.2)", None),
         ({"loss": "flow", "half_step_loss": "steps halved"}, "training loss", None),
-        ({"cos_max_margin": None}, r"$\cos(p_t, p_{mm})$ (Theorem 4.3)", 1.0),
+        ({"cos_max_margin_selected": None}, r"$\cos(p_t, p_{mm})$ (Theorem 4.3)", 1.0),
         ({"selection_fraction": "every important token", "selection_any_fraction": "at least one"},
          "important tokens selected (Lemma 4.4)", None),
         ({"normalized_margin": None}, "normalised margin", margin_limit),

@@ -453,7 +453,8 @@ def figures(config: Config) -> list[tuple[str, Path]]:
     wanted += [(f"{name}: test accuracy of trained and random frozen embeddings against d / V (ours)",
                 results_dir("d_sweep", name) / "accuracy.png") for name in config.d_sweep.datasets]
     wanted += [(caption, results_dir("phase_diagram", "") / file) for caption, file in (
-        ("Phase diagram: selection", "selection.png"), ("Phase diagram: max-margin direction", "cos_max_margin.png"),
+        ("Phase diagram: selection", "selection.png"),
+        ("Phase diagram: max-margin direction", "cos_max_margin_selected.png"),
         ("The one-step error against d", "one_step_error.png"))]
     return [(caption, path) for caption, path in wanted if _as_written(path).exists()]
 

@@ -27,7 +27,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
 from toksel.models.fused import FusedBags
 from toksel.runtime.errors import ToksError
-from toksel.theory.gradient_flow import RECORDS_PER_DOUBLING, Trajectory, halved, run_gradient_flow
+from toksel.theory.gradient_flow import RECORDS_PER_DOUBLING, Integration, Trajectory, halved, run_gradient_flow
 from toksel.theory.max_margin import (
     MaxMarginSolution,
     constraint_pairs,
@@ -129,7 +129,8 @@ def agreement(run: Trajectory, finer: Trajectory, selection: float, finer_select
 
 @dataclass(frozen=True)
 class ConvergenceReport:
-    history: dict[str, np.ndarray]  # flow_time, loss, p_norm, selection fractions, cos_max_margin, normalized_margin
+    # flow_time, loss, p_norm, selection fractions, cos_max_margin_selected, normalized_margin
+    history: dict[str, np.ndarray]
     max_margin: MaxMarginSolution
     n_constraints: int
     cos_important: float | None = None  # cos(p_T, p_mm*) for the selection of the important tokens
@@ -183,7 +184,10 @@ def analyse_trajectory(
         "selection_fraction": np.array([selection_fraction(chosen, important, split) for chosen in selections]),
         "selection_any_fraction": np.array([selection_fraction(chosen, important, split, every=False)
                                             for chosen in selections]),
-        "cos_max_margin": np.array([cosine(p, solution.direction) for p in trajectory.p]) if solution.solved else nan,
+        # the direction of the QP for the selection the flow ended with (cos_max_margin_important: the QP for the
+        # selection of the important tokens, the one Theorem 4.3 is about, when that is another)
+        "cos_max_margin_selected": (np.array([cosine(p, solution.direction) for p in trajectory.p])
+                                    if solution.solved else nan),
         "normalized_margin": (np.array([normalized_margin(p, solution.differences) for p in trajectory.p])
                               if len(pairs) else nan),
     }
@@ -222,6 +226,10 @@ class FlowSettings(Protocol):
     method: str  # the integrator: explicit (gradient steps) or implicit (theory/stiff_flow.py)
 
 
+def integration_of(settings: FlowSettings) -> Integration:
+    return Integration(settings.horizon, settings.tolerance, settings.method)
+
+
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: TokenTable,
                          settings: FlowSettings, progress: bool = False,
                          important_direction: bool = True) -> GradientFlowResult:
@@ -229,8 +237,7 @@ def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: Pa
     checks along the way (without `important_direction`, cos_max_margin_important is left null: a second QP
     that not every caller reads); the same run with its steps halved, and how far the two differ."""
     bags = FusedBags.from_split(train, tokens.num_classes)
-    trajectory = run_gradient_flow(E, p0, v, bags, settings.horizon, settings.tolerance, progress=progress,
-                                   method=settings.method)
+    trajectory = run_gradient_flow(E, p0, v, bags, integration_of(settings), progress=progress)
     report = analyse_trajectory(trajectory, E, train, tokens.important, settings.selection_tol, settings.max_margin,
                                 important_direction)
     finer = halved(E, p0, v, bags, trajectory, settings.horizon)
@@ -260,8 +267,7 @@ def control_metrics(E1: np.ndarray, E1_null: np.ndarray, p0: np.ndarray, v: np.n
     if bounded:
         bags = FusedBags.from_split(train, tokens.num_classes)
         penalty = settings.control_penalty / settings.horizon
-        flow = run_gradient_flow(E1, p0, v, bags, settings.horizon, settings.tolerance, penalty=penalty,
-                                 method=settings.method)
+        flow = run_gradient_flow(E1, p0, v, bags, integration_of(settings), penalty=penalty)
         finer = halved(E1, p0, v, bags, flow, settings.horizon, penalty=penalty)
         controls |= {"control_log_growth": log_growth(flow.times, flow.p_norm),
                      "control_p_norm": float(flow.p_norm[-1]),

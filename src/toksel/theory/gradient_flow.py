@@ -109,17 +109,26 @@ def _stepper(method: str, E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty
     raise ToksError(f"gradient flow: unknown method {method!r}: one of {', '.join(METHODS)}")
 
 
-def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, horizon: float,
-                      tolerance: float, penalty: float = 0.0, progress: bool = False,
-                      method: str = "explicit") -> Trajectory:
-    """The flow from p0 up to flow time `horizon`, error-controlled steps (tolerance: the local error allowed per
-    step, relative to max(|p|, 1)); penalty: the flow of L + penalty/2 |p|^2, a loss with a finite minimiser.
-    method: "explicit", gradient steps (the default); "implicit", the linearly implicit ROS2 of
+@dataclass(frozen=True)
+class Integration:
+    """How a flow is followed: up to flow time `horizon`, each step's local error at most `tolerance` relative to
+    max(|p|, 1), by `method`: "explicit", gradient steps; "implicit", the linearly implicit ROS2 of
     theory/stiff_flow.py, whose steps are not bound by the stability limit of gradient descent (stiff flows)."""
-    stepper = _stepper(method, E, v, bags, penalty)
-    with pass_threads(len(bags.tokens), E.size), _blas_threads(method):
-        run = _integrate(stepper, p0.astype(np.float64, copy=True), record_times(horizon), tolerance, progress)
-    return replace(_counted(run, method, stepper), tolerance=tolerance)
+
+    horizon: float
+    tolerance: float
+    method: str = "explicit"
+
+
+def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, integration: Integration,
+                      penalty: float = 0.0, progress: bool = False) -> Trajectory:
+    """The flow from p0 with E and v frozen, followed as `integration` says; penalty: the flow of
+    L + penalty/2 |p|^2, a loss with a finite minimiser."""
+    stepper = _stepper(integration.method, E, v, bags, penalty)
+    with pass_threads(len(bags.tokens), E.size), _blas_threads(integration.method):
+        run = _integrate(stepper, p0.astype(np.float64, copy=True), record_times(integration.horizon),
+                         integration.tolerance, progress)
+    return replace(_counted(run, integration.method, stepper), tolerance=integration.tolerance)
 
 
 def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: Trajectory, horizon: float,
