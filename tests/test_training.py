@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -250,31 +249,6 @@ def test_a_checkpoint_cut_short_is_not_resumed_from(tmp_path):
     with pytest.warns(UserWarning, match="cannot be read"):
         assert resumable_checkpoint(folder, "fingerprint") is None
     assert not (folder / "fingerprint" / "last.ckpt").exists() and (folder / "fingerprint").is_dir()
-
-
-def test_live_curves_go_to_mlflow_as_a_fit_trains_and_a_failing_store_costs_nothing(prepared, tmp_path,
-                                                                                    monkeypatch):
-    """tracking.live: each fit's curves reach the live experiment while it trains; the view publish rebuilds is
-    the records' alone. A store that fails is a warning, and the fit's results are the same."""
-    assert train.main([*TINY, *TRAIN, "tracking.live=true"]) == 0
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    live = client.search_runs([client.get_experiment_by_name("toksel-live").experiment_id])
-    assert len(live) == 2  # the kept fit and the control
-    assert len(client.get_metric_history(live[0].info.run_id, "train_loss_epoch")) == 6
-    runs = published_runs(prepared, "tags.stage = 'train'")
-    assert len(runs) == 4  # the stage, its arm, its two fits
-    first = _accuracies(prepared)
-    broken = tmp_path / "broken.db"
-    broken.write_bytes(b"no sqlite database" * 100)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{broken}")
-    with pytest.warns(UserWarning, match="live curves: the MLflow store"):
-        assert train.main([*TINY, *TRAIN, "tracking.live=true"]) == 0
-    assert _accuracies(prepared) == first and None not in first
-
-
-def _accuracies(project: Path) -> list:
-    return [json.loads(path.read_text()).get("test_accuracy") for path in
-            sorted((project / "results" / "train" / "synthetic").rglob("metrics.json"))]
 
 
 def _measure():

@@ -250,13 +250,6 @@ class DSweepConfig:
 
 
 @dataclass
-class TrackingConfig:
-    live: bool = Field(
-        description="each fit also sends its curves to MLflow as it trains (Lightning's MLFlowLogger), for long "
-                    "trainings on a GPU; publish completes those runs. It changes no result, so no stage reruns for it")
-
-
-@dataclass
 class ComputeConfig:
     address: str = Field(
         description="a Dask scheduler (tcp://host:8786) the independent units (phase cells, calibration replicates) go"
@@ -334,7 +327,6 @@ class Config:
     evaluate: EvaluateConfig
     calibration: CalibrationConfig
     d_sweep: DSweepConfig
-    tracking: TrackingConfig
     compute: ComputeConfig
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any]  # noqa: UP006

@@ -140,7 +140,6 @@ class RunNaming:
                 **({"seed": str(config.seed)} if seeded else {})}
         params = {**flatten(resolved), **({"seed": config.seed} if seeded else {})}
         record = RunRecord(self.name(config, seeded), tags, params, recorded)
-        record.live = config.tracking.live
         if dataset_input:  # the run's dataset, shown as its MLflow input: name, source, and the digest of its
             # settings and, for a file dataset, of its files (an edited file is another dataset)
             data = config.data

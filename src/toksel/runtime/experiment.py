@@ -1,5 +1,5 @@
 """The MLflow experiment the runs go to, a client on its store, and the lock that lets one process at a time change
-the store from this host: what `publish`, `make ui` and a fit's live curves share.
+the store from this host: what `publish` and `make ui` share.
 
 Reaching the store changes no result, so no compute stage depends on this module.
 """

@@ -114,7 +114,6 @@ class RunRecord:
         self.children: list[RunRecord] = []
         self.status, self.started, self.ended = "RUNNING", time.time(), None
         self.recorded = [] if recorded is None else recorded  # shared by the runs of one stage
-        self.live = False  # its fits send their curves to MLflow as they train (tracking.live; runtime/live.py)
         self.label = name  # what the console calls it: its own name after its parents'
         self.written: Path | None = None  # the last metrics file it wrote
         self.outcome = ""  # what it found, in words, for the console's line (a stage's verdict counts)
@@ -174,7 +173,7 @@ class RunRecord:
         parameters with the values its own work ran with (`params`: a trial's rate, an arm, a cell's d) on top."""
         child = RunRecord(name, {**self.tags, **tags, TRIAL_TAG: name}, {**self.params, **(params or {})},
                           recorded=self.recorded)
-        child.live, child.label = self.live, f"{self.label}, {name}"
+        child.label = f"{self.label}, {name}"
         self.children.append(child)
         with child.run():
             yield child
@@ -183,7 +182,7 @@ class RunRecord:
         """A copy of this run without what it has recorded, for runs nested in it elsewhere (a unit of work run in
         another process: runtime/fanout.py), which `adopt` then takes in."""
         copy = RunRecord(self.name, self.tags, self.params, recorded=[])
-        copy.live, copy.label = self.live, self.label
+        copy.label = self.label
         return copy
 
     def adopt(self, copy: RunRecord) -> None:

@@ -47,7 +47,6 @@ from toksel.runtime.distributed import is_worker
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import file_sha256
 from toksel.runtime.known_warnings import silence_known_warnings
-from toksel.runtime.live import live_logger
 from toksel.runtime.memory import keep_freed_memory
 from toksel.runtime.records import RunRecord
 from toksel.training.classifier import ClassifierModule
@@ -285,7 +284,7 @@ def fit(module: ClassifierModule, data: PackedDataModule, plan: FitPlan, callbac
         max_epochs=max_epochs, accelerator=settings.accelerator, strategy=settings.strategy,
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
-        logger=[StageLogger(run), *filter(None, [live_logger(run.label) if run.live else None])],
+        logger=StageLogger(run),
         callbacks=[best, last, stopping, StopOnNonFiniteLoss(), LogNorms(), RecordFit(fingerprint), log,
                    *callbacks],
         enable_progress_bar=plan.progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
