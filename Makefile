@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 TEAM_PORT ?= 5001
 
-.PHONY: test-slow install repro quick experiments test lint ui check-ui bench chromium postgres mlflow-server check-report
+.PHONY: test-slow install repro quick experiments claims-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -28,9 +28,9 @@ repro: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
 	@$(STOPPED) $(BIN)/dvc repro $(REPRO_FLAGS)
 
-# The whole DAG small, in a few minutes: profiles/quick.yaml's values set as a DVC experiment (tools/profile.py);
-# the real datasets from $TOKSEL_DATA_MIRROR or the Hub, else the synthetic ones only. `git checkout params.yaml`
-# goes back to the full values.
+# The whole DAG small, in a few minutes: profiles/quick.yaml's values as a DVC experiment run in a copy of the project
+# (tools/profile.py; `dvc exp run --temp`), so the workspace's params.yaml and results stay as they were; the real
+# datasets from $TOKSEL_DATA_MIRROR or the Hub, else the synthetic ones only. It says where its results are.
 quick: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
 	@$(STOPPED) $(BIN)/python -m tools.profile quick $(REPRO_FLAGS)
@@ -39,6 +39,13 @@ quick: $(STAMP)
 # changed input file a column of its hash (40 to 70 characters each), left out here.
 experiments: $(STAMP)
 	$(BIN)/dvc exp show --only-changed --drop 'Created|results/|runs|data/' $(EXP_FLAGS)
+
+# The claims whose verdict or value moved between two runs (DVC experiment names, commits; `workspace`): OLD
+# defaults to HEAD, NEW to the workspace. `make claims-diff OLD=quick-20261127-142347 NEW=eta0-50`.
+OLD ?= HEAD
+NEW ?= workspace
+claims-diff: $(STAMP)
+	$(BIN)/python -m toksel.report.diff $(OLD) $(NEW)
 
 # The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline, tests of 30 s
 # or more: the UI in Chromium, the team server, a Dask cluster, two DDP processes, a kill mid-fit), which

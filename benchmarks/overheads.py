@@ -91,7 +91,7 @@ class FixedCost:
 
 
 def _process_seconds(code: str, args: list[str], repeats: int, project: Path) -> float:
-    environment = {**os.environ, "TOKSEL_PROGRESS": "0", "TOKSEL_PIPELINE_ID": "benchmarks", "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "TOKSEL_PROGRESS": "0", "PYTHONPATH": str(ROOT)}
 
     def run() -> None:
         subprocess.run([sys.executable, "-c", code, *args], cwd=project, env=environment, check=True,

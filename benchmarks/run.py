@@ -143,7 +143,7 @@ def gradient_flow_stage(repeats: int) -> list[str]:
         (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
         (project / "data").symlink_to(ROOT / "data")
         (project / "results" / "one_step").symlink_to(ROOT / "results" / "one_step")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0", "TOKSEL_PIPELINE_ID": "benchmark",
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0",
                "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
         command = [sys.executable, "-m", "pipelines.gradient_flow", f"dataset={DATASET}"]
         stage = timed(lambda: subprocess.run(command, cwd=project, env=env, check=True, capture_output=True),
@@ -175,7 +175,7 @@ def phase_fanout(repeats: int) -> list[str]:
         project = Path(scratch)
         (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
         (project / "data").symlink_to(ROOT / "data")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0", "TOKSEL_PIPELINE_ID": "benchmark"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0"}
         written = project / "results" / "phase" / f"d{PHASE_D}" / "metrics.json"
 
         def row(workers: int) -> dict:

@@ -29,6 +29,7 @@ from toksel.theory.convergence import control_metrics, follow_gradient_flow
 from toksel.theory.one_step import EmbeddingUpdate
 
 SECTIONS = STAGE_SECTIONS["gradient_flow"]
+STEPS_PER_DECADE = 100  # MLflow's step of a flow record at time t: 100 log10 t
 
 
 def gradient_flow(config: Config, run: RunRecord) -> None:
@@ -64,8 +65,11 @@ def gradient_flow(config: Config, run: RunRecord) -> None:
     write_npz(out / "trajectory.npz", times=trajectory.times, p=trajectory.p, p_max_margin=p_mm)
     history = {**report.history, "half_step_p_norm": flow.halved.p_norm, "half_step_loss": flow.halved.loss}
     write_csv(out / "history.csv", pd.DataFrame(history))
-    curves = {name: values for name, values in history.items()}
-    run.log_history(np.arange(len(trajectory.times)), curves)  # MLflow's step: the record's index
+    # MLflow draws a history against its integer steps: here 100 log10 t (step 300 is t = 1000), so that the curves
+    # of flows with other horizons line up; the record at t = 0 has no log t.
+    moved = trajectory.times > 0
+    curves = {name: np.asarray(values)[moved] for name, values in history.items()}
+    run.log_history(np.round(STEPS_PER_DECADE * np.log10(trajectory.times[moved])).astype(int), curves)
     run.record_metrics(out / "metrics.json", {**flow.metrics, **controls}, logged=curves)
 
 

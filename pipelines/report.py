@@ -4,9 +4,10 @@ Reads the measurements the stages wrote under results/ (claims.json; a claim who
 judges each with the registry (toksel.claims.catalogue) and the thresholds of params.yaml, opens with the verdict
 in words and what the run was (toksel.report.header: the profile, seeds, each dataset's d and rows from prepare's
 metrics, the commit and DVC experiment), and writes results/report/: report.md (figures linked), report.html
-(report.md made HTML, self-contained: figures embedded), verdicts.png (the forest plot) and metrics.json (how many
-claims hold, fail, are inconclusive; how many controls fail). Both reports are artifacts of the pipeline's parent
-MLflow run.
+(report.md made HTML, self-contained: figures embedded), verdicts.png (the forest plot), claims.csv (a row per claim
+and dataset: its verdicts, value and interval, which `python -m toksel.report.diff` compares between runs) and
+metrics.json (how many claims hold, fail, are inconclusive; how many controls fail). Both reports are artifacts of
+the pipeline's parent MLflow run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.ledger import CHANGED
 from toksel.figures.plots import save_figure
 from toksel.params import Config
+from toksel.report.claim_table import write_claim_table
 from toksel.report.document import (
     Block,
     Content,
@@ -136,6 +138,10 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")
+    table = write_claim_table(OUT / "claims.csv", every)  # a row per claim and dataset: `toksel.report.diff` reads it
+    # Each row's value as a metric of the run (claim.<id>.<dataset>), which the pipeline's MLflow run shows too, so
+    # that two experiments' runs compare claim by claim.
+    run.log_metrics({f"claim.{row.claim}.{row.data}": row.value for row in table.itertuples()})
     counts = tally(sections)
     run.record_metrics(OUT / "metrics.json", counts)
     verdicts = {f"{prefix}{name}": counts[f"{origin}_{name}"] for origin, prefix in (("claims", ""), ("ours", "ours_"))

@@ -1,5 +1,7 @@
-"""What each stage reads of the settings: whole sections, or single keys of them ("base.seeds"), as they are for
-its dataset (the shared sections completed by its entry of `datasets`, then its command line).
+"""What each stage's results depend on of the settings: whole sections, or single keys of them ("base.seeds"), as
+they are for its dataset (the shared sections completed by its entry of `datasets`, then its command line). A theory
+stage's include those of the theory stages it reads from (a flow run carries the one step's eta0 and the data's
+sizes it was built on), so that its run shows its lineage.
 
 A stage logs these as its run's parameters (MLflow shows them) and tags its run with their digest. What reruns a
 stage is DVC's: the keys dvc.yaml lists under the stage's `params:`, which hold these and those of the stages it
@@ -10,9 +12,9 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     # The ledger reads params.yaml whole and git's history, neither through these sections: dvc.yaml runs it always.
     "ledger": (),
     "prepare": ("base.data_seed", "base.seeds", "data"),
-    "one_step": ("base.seeds", "base.data_seed", "model", "one_step"),
-    "gradient_flow": ("base.seeds", "model", "gradient_flow"),
-    "evaluate": ("base.seeds", "data", "model", "evaluate"),
+    "one_step": ("base.seeds", "base.data_seed", "data", "model", "one_step"),
+    "gradient_flow": ("base.seeds", "base.data_seed", "data", "model", "one_step", "gradient_flow"),
+    "evaluate": ("base.seeds", "base.data_seed", "data", "model", "one_step", "gradient_flow", "evaluate"),
     "train": ("base.seeds", "base.data_seed", "model", "one_step", "train"),
     "compare": ("base.seeds", "data", "train", "ablation.multiclass", "report"),
     "d_sweep": ("base.seeds", "base.data_seed", "model", "one_step", "train", "d_sweep"),

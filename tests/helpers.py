@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,7 +43,6 @@ def throwaway_project(tmp_path_factory: pytest.TempPathFactory, **env: str) -> I
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(project)
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
-        patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
         for name, value in env.items():
             patch.setenv(name, value)
         yield project
@@ -98,7 +96,6 @@ def dvc_environment() -> dict[str, str]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)  # the default: sqlite:///<project>/mlflow.db
-    env.pop("TOKSEL_PIPELINE_ID", None)  # stages must find their parent run through the dvc process
     return env
 
 

@@ -68,13 +68,6 @@ def test_a_valid_params_file_passes_the_check_with_an_unchanging_verdict(project
     assert check_params.main([]) == 0 and verdict.read_bytes() == first  # downstream stages see no change
 
 
-def test_a_quote_in_the_pipeline_id_is_refused_before_the_stage_works(project, capsys, monkeypatch):
-    monkeypatch.setenv("TOKSEL_PIPELINE_ID", "a'b")
-    assert prepare.main(TINY) == 2
-    assert re.search(r"TOKSEL_PIPELINE_ID .* may hold only", _one_line(capsys, "prepare"))
-    assert not (project / "data" / "processed").exists()  # refused before the data were drawn
-
-
 @pytest.mark.parametrize(("value", "said"), [
     ("${oc.env:MLFLOW_TRACKING_PASSWORD}", "data.hub_id = '${oc.env:MLFLOW_TRACKING_PASSWORD}' in params.yaml is an "
                                            "interpolation"),

@@ -5,7 +5,6 @@ statistic spreads over the seeds; a plausible bug makes one pass; the claims suc
 
 import json
 import shutil
-import uuid
 
 import numpy as np
 import pandas as pd
@@ -87,7 +86,6 @@ def controlled(tmp_path_factory):
         patch.chdir(project)
         patch.setenv("TOKSEL_DATA_MIRROR", str(project / "mirror"))
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
-        patch.setenv("TOKSEL_PIPELINE_ID", f"test-{uuid.uuid4().hex[:8]}")
         synthetic = [*TINY, SEEDS]
         for args in (synthetic, TEXT, WIDE):
             assert prepare.main(args) == 0

@@ -25,8 +25,7 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     single = _metrics(prepared)
     published_runs(prepared)  # its records, before the second training replaces them
     # Lightning's ddp starts the other process by running the stage's command again: a process of its own here.
-    done = run_stage_process("train", [*SETTINGS, "train.strategy=ddp", "train.devices=2"], prepared,
-                             TOKSEL_PIPELINE_ID="ddp")
+    done = run_stage_process("train", [*SETTINGS, "train.strategy=ddp", "train.devices=2"], prepared)
     assert done.returncode == 0, done.stderr[-3000:]
     distributed = _metrics(prepared)
     assert single.keys() == distributed.keys()
@@ -45,15 +44,15 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     # The view is the records': the two-process training replaced the first one's records, and so its runs.
     assert len(runs) == 1 and len(parents) == 1
     assert len(every) == 4  # with its arm, the arm's trial at the one learning rate and its control, logged once
-    ddp_parents = client.search_runs([runs[0].info.experiment_id],
-                                     "tags.`toksel.pipeline_key` = 'ddp' and tags.stage = 'pipeline'")
-    assert len(ddp_parents) == 1
-    ddp_stage = parents[ddp_parents[0].info.run_id]
+    ddp_stage = runs[0]
     assert ddp_stage.info.status == "FINISHED" and ddp_stage.data.params["train.devices"] == "2"
-    ddp_run = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_stage.info.run_id)  # the arm
+    ddp_run = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_stage.info.run_id
+                   and "labels" not in run.data.tags)  # the arm
     assert ddp_run.data.metrics["test_accuracy"] == pytest.approx(distributed["test_accuracy"])
-    trial = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_run.info.run_id
-                 and run.data.tags["labels"] == "true")
+    # The arm's trial hangs beside the arm (three levels at the most), named after it.
+    trial = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_stage.info.run_id
+                 and run.data.tags.get("labels") == "true"
+                 and run.info.run_name.startswith(f"{ddp_run.info.run_name}, "))
     assert len(client.get_metric_history(trial.info.run_id, "train_loss_epoch")) == 6  # rank 0 logged, once
 
 

@@ -4,12 +4,13 @@ recorded with parameters its outputs were not made with. One experiment alone ru
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import dvc, dvc_environment, tiny_dvc_project
+from tests.helpers import ROOT, dvc, dvc_environment, tiny_dvc_project
 from toksel.runtime import workspace
 
 pytestmark = pytest.mark.slow
@@ -74,3 +75,29 @@ def test_a_second_experiment_in_the_workspace_leaves_nothing_mixed(tmp_path):
     assert _experiments(project) == ["alone"]  # neither is recorded, under its name or the other's
     assert (project / "dvc.lock").read_text() == lock  # the stage's record: still the outputs it describes
     assert _files(project / "data" / "processed" / "synthetic") == outputs
+
+
+def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(tmp_path):
+    """`make quick`'s runner: the profile's experiment runs in a copy of the project (--temp); the workspace's
+    params.yaml and results stay as they were, and the experiment holds the results."""
+    project = tiny_dvc_project(tmp_path)
+    (project / "profiles").mkdir()
+    (project / "profiles" / "tiny.yaml").write_text("profile: tiny\nbase: {seeds: [0]}\n")
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], cwd=project,
+                   check=True)
+    params = (project / "params.yaml").read_text()
+    environment = {**dvc_environment(), "HF_HUB_OFFLINE": "1"}
+    environment.pop("TOKSEL_DATA_MIRROR", None)  # the synthetic stages alone
+    done = subprocess.run([sys.executable, "-m", "tools.profile", "tiny", "-n", "small"], cwd=project,
+                          env={**environment, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its results are in the DVC experiment small, not in the workspace" in done.stdout
+    assert (project / "params.yaml").read_text() == params and not (project / "results").exists()
+    assert _experiments(project) == ["small"]
+    # The experiment's commit holds the results (the synthetic stages': without real data the rest did not run).
+    ref = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/*/*/small"], cwd=project,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    shown = subprocess.run(["git", "show", f"{ref}:results/evaluate/synthetic/metrics.json"], cwd=project,
+                           capture_output=True, text=True, check=True).stdout
+    assert "lemma41_linear" in json.loads(shown)

@@ -144,14 +144,13 @@ def test_a_run_names_its_dataset_its_commit_and_its_dvc_experiment(prepared, mon
     from pipelines import gradient_flow
 
     monkeypatch.setenv("DVC_EXP_NAME", "eager-pika")
-    monkeypatch.setenv("TOKSEL_PIPELINE_ID", "an-experiment")  # the experiment's own pipeline, not prepared's
     assert gradient_flow.main([*TINY, "dataset=synthetic"]) == 0
     runs = published_runs(prepared, "tags.stage = 'gradient_flow'")
     client = MlflowClient(f"sqlite:///{prepared / 'mlflow.db'}")
     assert client.get_experiment_by_name("toksel").tags["mlflow.experimentKind"] == "custom_model_development"
     run = runs[0]
     assert run.data.tags["dvc.experiment"] == "eager-pika"
-    assert run.info.run_name == "gradient_flow synthetic seed 0"
+    assert run.info.run_name == "gradient_flow synthetic seed 0 [eager-pika]"  # apart from another experiment's
     assert client.get_run(run.data.tags["mlflow.parentRunId"]).info.run_name == "eager-pika"  # the experiment
     assert run.data.tags["mlflow.source.git.commit"]
     assert run.data.tags["mlflow.source.name"] == "pipelines/gradient_flow.py"

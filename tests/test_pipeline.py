@@ -91,7 +91,9 @@ def test_mlflow_has_one_parent_with_one_nested_run_per_stage(finished_pipeline):
     assert "gradient_flow.horizon" in children["gradient_flow"].data.params
     assert children["gradient_flow"].data.tags["seed"] == "0" and "seed" not in children["evaluate"].data.tags
     history = client.get_metric_history(children["gradient_flow"].info.run_id, "cos_max_margin_selected")
-    assert [m.step for m in history] == list(range(len(record_times(1e4))))  # the records' indices
+    # Drawn against 100 log10 t: the records after t = 0, three a doubling, the last at the horizon 1e4 (step 400).
+    assert [m.step for m in history] == [round(100 * math.log10(t)) for t in record_times(1e4)[1:]]
+    assert history[-1].step == 400 and children["gradient_flow"].data.params["one_step.eta0"] == "40.0"  # lineage
     artifacts = [a.path for a in client.list_artifacts(children["evaluate"].info.run_id)]
     assert {"gradient_flow.png", "one_step.png", "token_scores.png", "summary.md"} <= set(artifacts)
     assert experiment.artifact_location == (finished_pipeline / "mlartifacts").as_uri()

@@ -6,6 +6,7 @@ import math
 import os
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -13,9 +14,11 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, prepare, report
-from tests.helpers import ROOT, TINY, published_runs, throwaway_project
+from tests.helpers import ROOT, TINY, dvc, published_runs, throwaway_project
 from toksel.claims.catalogue import BY_ID, assess, measure
 from toksel.models.reading import Reading
+from toksel.report import diff
+from toksel.report.claim_table import read_claim_table
 from toksel.report.document import blocks
 from toksel.report.forest import CONTROL_COLOURS, verdicts_figure
 from toksel.report.header import prepared_rows, verdict, warning
@@ -170,6 +173,40 @@ def test_the_report_has_every_claim_with_its_verdict_and_says_what_did_not_run(r
         assert (reported / "results" / "report" / link).resolve().is_file(), link
 
 
+def test_the_claims_table_has_every_row_of_the_report_and_diff_names_what_moved(reported, tmp_path, monkeypatch,
+                                                                               capsys):
+    text = (reported / "results" / "report" / "claims.csv").read_text()
+    table = read_claim_table(text)
+    metrics = json.loads((reported / "results" / "report" / "metrics.json").read_text())
+    shown = sum(metrics[f"{origin}{kind}"] for origin in ("claims", "ours")
+                for kind in ("", "_not_counted", "_not_run"))
+    assert len(table) == shown + metrics["exploratory"] + metrics["transient"] + metrics["described"]
+    assert table["lemma41_linear", "synthetic"]["verdict"] == "inconclusive"  # one seed: no interval
+    assert table["lemma41_linear", "imdb"]["verdict"] == "not run"
+    # A run committed, then the same table with one verdict and one value moved in the workspace.
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    dvc(tmp_path, "init", "-q")
+    (tmp_path / "results" / "report").mkdir(parents=True)
+    (tmp_path / diff.TABLE).write_text(text)
+    subprocess.run(["git", "add", "-A"], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "run"], check=True)
+    frame = pd.read_csv(tmp_path / diff.TABLE)
+    frame.loc[(frame["claim"] == "lemma44_selection") & (frame["data"] == "synthetic"), "verdict"] = "holds"
+    frame.loc[(frame["claim"] == "lemma41_linear") & (frame["data"] == "synthetic"), "value"] = 0.5
+    frame.to_csv(tmp_path / diff.TABLE, index=False)
+    assert diff.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2 claim rows moved, HEAD -> workspace (verdict moves first):"
+    assert lines[2].split()[:5] == ["lemma44_selection", "synthetic", "inconclusive", "->", "holds"]
+    assert lines[3].split()[:3] == ["lemma41_linear", "synthetic", "inconclusive"] and lines[3].endswith("-> 0.5")
+    assert max(map(len, lines)) < 120
+    assert diff.main(["HEAD", "HEAD"]) == 0 and capsys.readouterr().out.startswith("no claim moved")
+    assert diff.main(["no-such-experiment"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"diff: cannot read {diff.TABLE} at 'no-such-experiment'")
+
+
 def test_the_report_opens_with_the_verdict_and_what_the_run_was_and_warns_of_a_small_run(reported, monkeypatch):
     out = reported / "results" / "report"
     full = (out / "report.md").read_text()
@@ -213,12 +250,13 @@ def test_the_html_report_is_self_contained_and_an_artifact_of_the_pipeline_run(r
 def test_runs_are_named_for_what_they_are_and_only_a_dataset_s_runs_carry_one(reported):
     runs = published_runs(reported)
     named = {run.info.run_name: run.data.tags for run in runs if "toksel.trial" not in run.data.tags}
+    parents = [name for name, tags in named.items() if tags.get("stage") == "pipeline"]
+    assert len(parents) == 1 and parents[0].startswith("workspace (full) ")  # not a DVC experiment
+    named = {name.removesuffix(f" [{parents[0]}]"): tags for name, tags in named.items()}  # the pipeline's name
     assert {"gradient_flow synthetic seed 0", "evaluate synthetic", "phase synthetic d 64", "phase synthetic d 256",
             "phase_diagram", "report"} <= set(named)
     assert "dataset" not in named["report"] and "dataset" not in named["phase_diagram"]
     assert named["evaluate synthetic"]["dataset"] == "synthetic"
-    parents = [name for name, tags in named.items() if tags.get("stage") == "pipeline"]
-    assert len(parents) == 1 and parents[0].startswith("workspace ")  # not a DVC experiment
 
 
 @pytest.mark.skipif(not any(shutil.which(name) for name in BROWSERS) and not os.environ.get("TOKSEL_CHROMIUM"),

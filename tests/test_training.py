@@ -60,11 +60,13 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     stage = next(run for run in runs if run.data.tags.get("stage") == "train"
                  and run.data.tags["mlflow.parentRunId"] == parent.info.run_id)
     assert stage.info.status == "FINISHED" and stage.data.tags["seed"] == "0"
-    training = next(run for run in runs if run.data.tags.get("mlflow.parentRunId") == stage.info.run_id)  # the arm
+    nested = [run for run in runs if run.data.tags.get("mlflow.parentRunId") == stage.info.run_id]
+    training = next(run for run in nested if "labels" not in run.data.tags)  # the arm
     assert training.data.tags["embeddings"] == "trained" and training.data.tags["seed"] == "0"
     assert training.info.status == "FINISHED"
-    trials = {run.data.tags["labels"]: run for run in runs if run.data.tags.get("mlflow.parentRunId")
-              == training.info.run_id}
+    # Its fits hang beside it (three levels at the most), named after it.
+    trials = {run.data.tags["labels"]: run for run in nested if "labels" in run.data.tags}
+    assert all(run.info.run_name.startswith(f"{training.info.run_name}, ") for run in trials.values())
     assert trials.keys() == {"true", "shuffled"} and trials["true"].data.tags["lr"] == "0.02"
     # Every run carries the values it ran with: the stage's, and its own on top (the arm, the fit's rate).
     assert training.data.params["arm"] == "trained" and training.data.params["model.d"] == stage.data.params["model.d"]

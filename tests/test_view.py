@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ STAGE_RUNS = 3  # per pipeline below: three seeds, each with two trials
 PER_PIPELINE = 1 + STAGE_RUNS * 3
 
 
-def _records(project: Path, pipeline: str = "pipeline-a", seeds: int = STAGE_RUNS) -> None:
+def _records(project: Path, seeds: int = STAGE_RUNS) -> None:
     """runs/train/synthetic.json as a stage writes it: three seed runs, each with a history, an artifact and two
     nested trials."""
     records = []
@@ -36,8 +37,7 @@ def _records(project: Path, pipeline: str = "pipeline-a", seeds: int = STAGE_RUN
                     with record.child(f"lr {lr}", {"lr": str(lr)}) as trial:
                         trial.log_metrics({"test_accuracy": 0.5 + lr + seed})
             records.append(record)
-        write_records(Path("runs") / "train" / "synthetic.json", records,
-                      {"key": pipeline, "experiment": "", "name": "workspace now", "params_yaml": "seed: 0\n"})
+        write_records(Path("runs") / "train" / "synthetic.json", records, {"params_yaml": "seed: 0\n"})
 
 
 def _store(project: Path) -> tuple[MlflowClient, list]:
@@ -71,16 +71,59 @@ def test_publishing_twice_is_once_and_the_runs_show_the_records(project, capsys)
     assert "0 made now" in capsys.readouterr().out
     assert {run.info.run_id for run in _check_once(project)} == {run.info.run_id for run in runs}
     client, runs = _store(project)
-    seed1 = next(run for run in runs if run.info.run_name == "train synthetic seed 1")
+    parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
+    assert parent.info.run_name.startswith("workspace (full) ")  # params.yaml's profile and the digest of its values
+    seed1 = next(run for run in runs if run.info.run_name == f"train synthetic seed 1 [{parent.info.run_name}]")
     assert seed1.data.params == {"train.lr": "0.02", "seed": "1"} and seed1.data.tags["dataset"] == "synthetic"
     assert [m.value for m in client.get_metric_history(seed1.info.run_id, "val_loss")] == list(np.linspace(1, 0.5, 5))
     assert [a.path for a in client.list_artifacts(seed1.info.run_id)] == ["params.yaml", "seed1.md"]
     assert json.loads((project / "results" / "publish.json").read_text())["records"] == PER_PIPELINE - 1
-    # A new stage run (another pipeline) adds its runs; the old ones stay once.
-    (project / "runs" / "train" / "synthetic.json").rename(project / "runs" / "old.json")
-    _records(project, "pipeline-b")
+    # Other values in params.yaml: another pipeline run, under a parent of its own; the old one's runs stay once.
+    _with_profile(project, "other")
+    _records(project)
     assert publish.main([]) == 0
     _check_once(project, pipelines=2)
+    _with_profile(project, "full")  # the first values again: their parent, rebuilt from the records
+    assert publish.main([]) == 0
+    _check_once(project, pipelines=2)
+
+
+def _with_profile(project: Path, name: str) -> None:
+    text = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(re.sub(r"(?m)^profile: \w+", f"profile: {name}", text))
+
+
+def test_the_parent_shows_what_changed_and_the_report_and_no_run_is_deeper_than_three_levels(project):
+    """In a git checkout, the parent carries the values params.yaml changes against the commit, and the report's
+    numbers; a run nested deeper hangs beside its parent, named after it."""
+    subprocess.run(["git", "init", "-q"], check=True)
+    subprocess.run(["git", "add", "params.yaml"], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "values"], check=True)
+    text = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(re.sub(r"(?m)^  seeds: \[.*\]", "  seeds: [0, 1]", text, count=1))
+    with outputs_together():
+        stage = RunRecord("train synthetic", {"stage": "train"})
+        with stage.run(), stage.child("trained", {}) as arm, arm.child("lr 0.01", {}) as trial:
+            trial.log_metrics({"test_accuracy": 0.9})
+        report = RunRecord("report", {"stage": "report"})
+        with report.run():
+            report.log_metrics({"claims_held": 5.0, "claim.lemma41_linear.imdb": 0.99})
+        write_records(Path("runs") / "train.json", [stage], {"params_yaml": "seeds: [0, 1]\n"})
+        write_records(Path("runs") / "report.json", [report], {"params_yaml": "seeds: [0, 1]\n"})
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
+    assert parent.data.params == {"base.seeds": "[0, 1]"}
+    assert parent.data.metrics == {"claims_held": 5.0, "claim.lemma41_linear.imdb": 0.99}
+    by_id = {run.info.run_id: run for run in runs}
+    stage_run = next(run for run in runs if run.info.run_name == f"train synthetic [{parent.info.run_name}]")
+    deep = next(run for run in runs if run.info.run_name == "trained, lr 0.01")
+    assert deep.data.tags["mlflow.parentRunId"] == stage_run.info.run_id and deep.data.metrics["test_accuracy"] == 0.9
+    for run in runs:  # three levels at the most: the pipeline, a stage, what is nested in it
+        depth, above = 0, run.data.tags.get("mlflow.parentRunId")
+        while above is not None:
+            depth, above = depth + 1, by_id[above].data.tags.get("mlflow.parentRunId")
+        assert depth <= 2
 
 
 def test_an_artifact_changed_after_its_stage_is_not_shown(project, capsys):
@@ -89,7 +132,7 @@ def test_an_artifact_changed_after_its_stage_is_not_shown(project, capsys):
     assert publish.main([]) == 0
     assert "results/train/seed0.md has changed since its stage wrote it" in capsys.readouterr().err
     client, runs = _store(project)
-    seed0 = next(run for run in runs if run.info.run_name == "train synthetic seed 0")
+    seed0 = next(run for run in runs if run.info.run_name.startswith("train synthetic seed 0 ["))
     assert [a.path for a in client.list_artifacts(seed0.info.run_id)] == ["params.yaml"]
 
 

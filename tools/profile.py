@@ -1,9 +1,11 @@
 """Run the whole DAG under a named profile: `python -m tools.profile quick [dvc exp run options]` (`make quick`).
 
 A profile, profiles/<name>.yaml, is a partial params.yaml, checked against the schema and then run as a DVC
-experiment: `dvc exp run -S ++key=value` for each of its values. `dvc repro` afterwards keeps those values until
-params.yaml is put back (`git checkout params.yaml`). The real datasets come from $TOKSEL_DATA_MIRROR, else the
-Hugging Face Hub; with neither (no mirror, HF_HUB_OFFLINE=1) only the synthetic datasets and the phase diagram run.
+experiment in a copy of the project (`dvc exp run --temp -n <name>-<time> -S ++key=value` for each of its values):
+the workspace's params.yaml, results and dvc.lock stay as they were. The experiment's results are in its DVC
+experiment (`dvc exp show`; `dvc exp apply <name>` brings them into the workspace) and its MLflow runs in the
+project's store, under a parent named after it. The real datasets come from $TOKSEL_DATA_MIRROR, else the Hugging
+Face Hub; with neither (no mirror, HF_HUB_OFFLINE=1) only the synthetic datasets and the phase diagram run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,17 @@ def real_data() -> str | None:
     return None if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") else "the Hugging Face Hub"
 
 
+def experiment_name(profile: str, options: list[str]) -> tuple[str, list[str]]:
+    """The experiment's name, `-n`/`--name` among the options, else <profile>-<date>-<time>; and the options with it."""
+    for i, option in enumerate(options):
+        if option in ("-n", "--name") and i + 1 < len(options):
+            return options[i + 1], options
+        if option.startswith("--name="):
+            return option.split("=", 1)[1], options
+    name = f"{profile}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return name, ["-n", name, *options]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -84,11 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     except ToksError as error:
         print(f"profile: {error}", file=sys.stderr)
         return 2
+    experiment, options = experiment_name(name, argv[1:])
     print(f"profile {name}: the real datasets from {source}" if source else
           f"profile {name}: no TOKSEL_DATA_MIRROR and HF_HUB_OFFLINE is set: the synthetic datasets only "
           f"({' '.join(targets)})", flush=True)
-    command = ["dvc", "exp", "run", *targets, *(arg for setting in settings(profile) for arg in ("-S", setting))]
-    return subprocess.run([*command, *argv[1:]]).returncode
+    command = ["dvc", "exp", "run", "--temp", *targets,
+               *(arg for setting in settings(profile) for arg in ("-S", setting)), *options]
+    done = subprocess.run(command).returncode
+    if done == 0:
+        print(f"profile {name}: its results are in the DVC experiment {experiment}, not in the workspace: "
+              f"`dvc exp show` lists it, `dvc exp apply {experiment}` brings its files here; MLflow shows its runs "
+              f"under the parent {experiment}", flush=True)
+    return done
 
 
 if __name__ == "__main__":

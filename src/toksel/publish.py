@@ -1,8 +1,9 @@
 """Show the stages' run records (runs/) as MLflow runs: `python -m toksel.publish [<tracking URI>]`.
 
 The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project>/mlflow.db; run
-it by hand for any other store (a team server). It rebuilds the view (tracking/view.py): again after a failure, twice
-or at once, the store holds each run once. A store that does not answer is one line and exit 2, the results all in
+it by hand for any other store (a team server), or at any time to see the stages that have ended. It rebuilds the
+view of the records present (tracking/view.py): again after a failure, twice or at once, the store holds each run
+once. A store that does not answer is one line and exit 2, the results all in
 place. MLflow's own settings bound its waits: MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and
 MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import write_json
 from toksel.runtime.paths import tracking_uri
-from toksel.tracking.view import Publisher, read_specs
+from toksel.tracking.view import Publisher, current_pipeline, read_specs
 
 # The stage's output: how many of the records the store shows (the stages' and their nested runs, a number that
 # depends on the records alone), and the artifacts it could not show.
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     try:
-        published = Publisher(uri).publish(read_specs())
+        published = Publisher(uri).publish(read_specs(current_pipeline()))
     except ToksError as error:
         print(f"publish: {error}", file=sys.stderr)
         return 2

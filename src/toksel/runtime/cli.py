@@ -39,7 +39,6 @@ from toksel.runtime.records import (
     RunRecord,
     flatten,
     gathered_metrics,
-    pipeline_key,
     source_tags,
     write_records,
 )
@@ -151,11 +150,8 @@ class RunNaming:
 
 
 def _pipeline(read_params: Path) -> dict[str, str]:
-    """The pipeline execution a stage's records belong to: its key, its name (the DVC experiment's, else the
-    workspace's with the time) and the params.yaml the stage read."""
-    return {"key": pipeline_key(), "experiment": os.environ.get("DVC_EXP_NAME", ""),
-            "name": os.environ.get("DVC_EXP_NAME") or f"workspace {time.strftime('%Y-%m-%d %H:%M:%S')}",
-            "params_yaml": read_params.read_text() if read_params.exists() else ""}
+    """What the stage's records keep of the pipeline run: the params.yaml the stage read (publish shows it)."""
+    return {"params_yaml": read_params.read_text() if read_params.exists() else ""}
 
 
 def _help(stage: str, sections: tuple[str, ...], overrides: list[str]) -> int:
@@ -182,7 +178,6 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         read = read_config(argv)
         config = read.config
         check_experiment_alone()
-        pipeline_key()  # a bad $TOKSEL_PIPELINE_ID is refused now, not after the stage's work
         if every_seed is not None and any(arg.split("=", 1)[0].lstrip("+") == "seed" for arg in argv):
             raise ToksError(f"config error: {stage} runs every seed of base.seeds in one process: for one seed, "
                             "set base.seeds=[<seed>] instead of seed=")

@@ -81,6 +81,11 @@ def _read_params(path: Path) -> tuple[Any, str]:
     return params, hashlib.sha256(values.encode()).hexdigest()
 
 
+def params_values(path: Path | str = "params.yaml") -> dict[str, Any]:
+    """The values `path` holds, read and checked as read_config reads them (not yet validated by the schema)."""
+    return OmegaConf.to_container(_read_params(Path(path))[0], resolve=False)
+
+
 def params_digest(path: Path | str = "params.yaml") -> str:
     """The digest of the values `path` holds now, as read_config took it."""
     return _read_params(Path(path))[1]

@@ -116,7 +116,7 @@ class Place:
 
     # What a unit reads of the environment: the data's mirror and offline switches, progress bars, the run's
     # grouping. Nothing else travels: no login (MLFLOW_TRACKING_PASSWORD, HF_TOKEN) is pickled into a unit.
-    CARRIED = ("TOKSEL_DATA_MIRROR", "TOKSEL_PROGRESS", "TOKSEL_PIPELINE_ID", "HF_HUB_OFFLINE",
+    CARRIED = ("TOKSEL_DATA_MIRROR", "TOKSEL_PROGRESS", "HF_HUB_OFFLINE",
                "HF_DATASETS_OFFLINE", "DVC_EXP_NAME", "DVC_ROOT")
 
     @classmethod

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -23,16 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
-from toksel.runtime.errors import Terminated, ToksError
+from toksel.runtime.errors import Terminated
 from toksel.runtime.io import file_sha256, write_json
 from toksel.runtime.paths import project_root
-from toksel.runtime.processes import Process
 
 TELEMETRY = frozenset({"seconds", "peak_memory_mb"})  # how the run went, not what it found: kept out of results
 TRIAL_TAG = "toksel.trial"  # on a nested run: which trial of its stage's run it is ("lr 0.001", "control: ...")
-PIPELINE_ID = re.compile(r"[A-Za-z0-9._:-]+")
 Recorded = list[tuple[Path, dict[str, Any]]]  # (path, metrics) of every record_metrics of a stage
 
 
@@ -46,24 +42,6 @@ def peak_memory_mb() -> float:
                 return int(line.split()[1]) / 1024  # kB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
-
-
-def pipeline_key() -> str:
-    """What the stages of one pipeline execution share, so that they show under one parent run:
-    $TOKSEL_PIPELINE_ID, else the `dvc` process that started them, else this process."""
-    if os.environ.get("TOKSEL_PIPELINE_ID"):
-        key = os.environ["TOKSEL_PIPELINE_ID"]
-        if not PIPELINE_ID.fullmatch(key):  # it stands quoted in a search of the store
-            raise ToksError(f"TOKSEL_PIPELINE_ID {key!r} may hold only letters, digits and . _ : -")
-        return key
-    process = psutil.Process()
-    for ancestor in process.parents():
-        try:
-            if any(Path(word).name == "dvc" for word in ancestor.cmdline()[:3]):  # dvc, python -m dvc
-                return f"dvc-{Process.of(ancestor.pid)}"
-        except psutil.Error:
-            continue
-    return f"process-{Process.of(process.pid)}"
 
 
 @functools.cache  # asked by every run a process opens: git runs once
@@ -197,7 +175,7 @@ class RunRecord:
 
 
 def write_records(path: Path, records: list[RunRecord], pipeline: Mapping[str, str]) -> None:
-    """A stage's records, with the pipeline execution they belong to (its key, its name and params.yaml)."""
+    """A stage's records, with what they keep of the pipeline run (the params.yaml the stage read)."""
     write_json(path, {"format": 1, "pipeline": dict(pipeline), "runs": [record.as_dict() for record in records]})
 
 

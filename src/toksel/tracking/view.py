@@ -1,26 +1,33 @@
 """MLflow as a view of the run records that the stages write under runs/ (runtime/records.py).
 
-`publish` shows each record as an MLflow run of the toksel experiment: a parent run per pipeline execution, its
-stage runs under it, their trials, controls and cells under those. A run is known by its record: RECORD_TAG holds
-the SHA-256 of the record and of its parent's. Under the store's lock (runtime/experiment.py), publishing keeps the
-finished run of each record, makes the missing ones (parents first) and deletes every other run of those
-executions (one no record backs, one left unfinished by a killed publisher, one made twice): publishing twice is
-publishing once, and a rerun after a failure finishes the job. A store that fails costs this step alone.
+`publish` shows the records present as one run of the pipeline (current_pipeline): a DVC experiment, or the
+workspace at its params.yaml's values. Its parent run carries the values params.yaml changes against the commit
+and the report's numbers (verdict counts, each claim's value), so that two experiments' parents compare in MLflow;
+under it, a run per stage (and seed), named with the pipeline's name so that runs overlaid from two experiments
+tell apart; under those, their trials, controls and cells, one level at the most (deeper runs hang beside their
+parent, named after it). A run is known by its record: RECORD_TAG holds the SHA-256 of the record and of its
+parent's. Under the store's lock (runtime/experiment.py), publishing keeps the finished run of each record, makes
+the missing ones (parents first) and deletes every other run of the pipeline (one no record backs, one left
+unfinished by a killed publisher, one made twice): publishing twice is publishing once, and a rerun after a
+failure finishes the job. Other pipelines' runs stay: the same workspace values again reuse their parent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toksel.runtime.config import params_values
 from toksel.runtime.errors import ToksError
 from toksel.runtime.experiment import open_experiment, store_lock
 from toksel.runtime.io import file_sha256, read_json
+from toksel.runtime.records import flatten
 
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
@@ -52,42 +59,86 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def read_specs(root: Path = RECORDS) -> list[Spec]:
+@dataclass(frozen=True)
+class Pipeline:
+    """The pipeline run that the records under runs/ make up: a DVC experiment, or the workspace at its values."""
+
+    key: str
+    name: str
+    params_yaml: str
+    changed: dict[str, str]  # params.yaml's values that differ from the commit's, flattened (none without git)
+
+
+def _committed_values(path: Path) -> dict[str, Any] | None:
+    """params.yaml's values as HEAD has them, flattened; None without git or a committed file."""
+    import yaml
+
+    try:
+        text = subprocess.run(["git", "show", f"HEAD:{path.as_posix()}"], capture_output=True, text=True,
+                              check=True).stdout
+        return flatten(yaml.safe_load(text) or {})
+    except (OSError, subprocess.CalledProcessError, yaml.YAMLError):
+        return None
+
+
+def current_pipeline(path: Path = Path("params.yaml")) -> Pipeline:
+    """The DVC experiment being run (DVC_EXP_NAME), else the workspace named by its values' digest, so that a rerun
+    at the same values shows under the same parent and a change of values under a new one."""
+    values = flatten(params_values(path)) if path.is_file() else {}
+    committed = _committed_values(path)
+    changed = {} if committed is None else {key: str(value) for key, value in values.items()
+                                            if key not in committed or committed[key] != value}
+    experiment = os.environ.get("DVC_EXP_NAME", "")
+    digest = _digest(values)[:8]
+    name = experiment or f"workspace ({values.get('profile', '?')}) {digest}"
+    return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}", name,
+                    path.read_text() if path.is_file() else "", changed)
+
+
+def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
     """Every run to show, parents before children, from the record files under `root`."""
-    by_pipeline: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    tops: list[tuple[dict, str]] = []  # each stage run's record, with the params.yaml its stage read
     for path in sorted(root.rglob("[!.]*.json")) if root.is_dir() else []:
         content = read_json(path)
         try:
-            pipeline, runs = content["pipeline"], content["runs"]
-            by_pipeline[pipeline["key"]].extend((pipeline, run) for run in runs)
+            params_yaml, runs = content["pipeline"]["params_yaml"], content["runs"]
+            tops.extend((run, params_yaml) for run in runs)
         except (ToksError, KeyError, TypeError) as error:
             raise ToksError(f"{path} is not a stage's run records ({type(error).__name__}): run the stage that "
                             "writes it again (dvc repro)") from None
-    specs = []
-    for pipeline_key, runs in by_pipeline.items():
-        first = min(runs, key=lambda item: item[1]["started"])[0]
-        parent_key = _digest("pipeline", pipeline_key)
-        parent = {"name": first["name"], "status": "FINISHED", "params": {}, "metrics": {}, "artifacts": [],
-                  "inputs": [], "started": min(run["started"] for _, run in runs),
-                  "ended": max(run["ended"] for _, run in runs),
-                  "tags": {"stage": "pipeline", **({"dvc.experiment": first["experiment"]} if first["experiment"]
-                                                   else {})}}
-        specs.append(Spec(parent_key, parent, pipeline_key, None, texts={"params.yaml": first["params_yaml"]}))
-        for pipeline, run in runs:
-            specs.extend(_tree(run, pipeline_key, parent_key, {"params.yaml": pipeline["params_yaml"]}))
+    if not tops:
+        return []
+    report = next((run for run, _ in tops if run["tags"].get("stage") == "report"), None)
+    parent = {"name": pipeline.name, "status": "FINISHED", "params": pipeline.changed, "artifacts": [], "inputs": [],
+              # the report's numbers: verdict counts and each claim's value (claim.<id>.<dataset>)
+              "metrics": {name: points[-1:] for name, points in report["metrics"].items()} if report else {},
+              "started": min(run["started"] for run, _ in tops), "ended": max(run["ended"] for run, _ in tops),
+              "tags": {"stage": "pipeline", **({"dvc.experiment": os.environ["DVC_EXP_NAME"]}
+                                              if os.environ.get("DVC_EXP_NAME") else {})}}
+    parent_key = _digest("pipeline", pipeline.key)
+    specs = [Spec(parent_key, parent, pipeline.key, None, texts={"params.yaml": pipeline.params_yaml})]
+    for run, params_yaml in tops:
+        specs.extend(_tree(run, pipeline, parent_key, {"params.yaml": params_yaml}))
     return specs
 
 
-def _tree(run: dict, pipeline_key: str, parent_key: str, texts: dict[str, str]) -> Iterator[Spec]:
+def _tree(run: dict, pipeline: Pipeline, parent_key: str, texts: dict[str, str], depth: int = 1,
+          prefix: str = "") -> Iterator[Spec]:
+    """The run (a stage's at depth 1, named with the pipeline's name) and the runs nested in it; those below depth 2
+    hang beside their parent, their names after its."""
     own = {name: value for name, value in run.items() if name != "children"}
+    own["name"] = prefix + own["name"] + (f" [{pipeline.name}]" if depth == 1 else "")
     key = _digest(parent_key, own)
-    yield Spec(key, own, pipeline_key, parent_key, texts=texts)
+    yield Spec(key, own, pipeline.key, parent_key, texts=texts)
     for child in run["children"]:
-        yield from _tree(child, pipeline_key, key, {})
+        if depth < 2:
+            yield from _tree(child, pipeline, key, {}, depth + 1)
+        else:
+            yield from _tree(child, pipeline, parent_key, {}, depth, prefix=f"{own['name']}, ")
 
 
 class Publisher:
-    """Rebuilds, in one MLflow store, the view of the specs' pipeline executions, as the module says."""
+    """Rebuilds, in one MLflow store, the view of the specs' pipeline run, as the module says."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -96,7 +147,7 @@ class Publisher:
         self.published = Published()
 
     def _runs(self, pipeline_key: str) -> list[Any]:
-        """The store's runs of one pipeline execution."""
+        """The store's runs of one pipeline run."""
         found, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], f"tags.`{PIPELINE_KEY_TAG}` = '{pipeline_key}'",
