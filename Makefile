@@ -35,10 +35,11 @@ quick: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
 	@$(STOPPED) $(BIN)/python -m tools.profile quick $(REPRO_FLAGS)
 
-# The experiments side by side: the parameters and verdict counts that differ between them. DVC also gives every
-# changed input file a column of its hash (40 to 70 characters each), left out here.
+# The experiments side by side: a row per parameter or verdict count that differs between them (not against the
+# baseline's full values, as `dvc exp show --only-changed` does), a column per experiment. EXP_FLAGS: dvc exp show's
+# own options, e.g. --rev <commit> for the experiments of another baseline.
 experiments: $(STAMP)
-	$(BIN)/dvc exp show --only-changed --drop 'Created|results/|runs|data/' $(EXP_FLAGS)
+	$(BIN)/python -m toksel.report.experiments $(EXP_FLAGS)
 
 # The claims whose verdict or value moved between two runs (DVC experiment names, commits; `workspace`): OLD
 # defaults to HEAD, NEW to the workspace. `make claims-diff OLD=quick-20261127-142347 NEW=eta0-50`.

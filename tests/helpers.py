@@ -166,4 +166,5 @@ def tiny_dvc_project(folder: Path) -> Path:
     OmegaConf.save(params, folder / "params.yaml")
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
     dvc(folder, "init", "-q")
+    shutil.copytree(ROOT / ".dvc" / "plots", folder / ".dvc" / "plots")  # the project's own plot templates
     return folder

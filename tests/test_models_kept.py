@@ -15,6 +15,7 @@ from toksel import explain
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.models.reading import read_sequence
+from toksel.report.readings import shade
 from toksel.report.render_check import BROWSERS, render
 from toksel.runtime.errors import ToksError
 from toksel.training.classifier import BagClassifier
@@ -61,11 +62,19 @@ def _one_line(err: str) -> str:
 def test_explain_prints_each_token_with_its_weight_and_the_prediction(trained, capsys):
     assert explain.main(["train/synthetic/trained/seed0", "pos1 irr9 irr12 neg5 nosuchword"]) == 0
     printed = capsys.readouterr()
-    lines = printed.out.strip().splitlines()
+    header, *lines = printed.out.strip().splitlines()
+    assert header.split()[:3] == ["token", "weight", "w"] and "uniform weight 1/4" in header
     assert [line.split()[0] for line in lines[:4]] == ["pos1", "irr9", "irr12", "neg5"]
     assert sum(float(line.split()[1]) for line in lines[:4]) == pytest.approx(1, abs=1e-3)
+    for line in lines[:4]:  # w T, and a bar on the report's scale: none at or below the uniform weight
+        weight, ratio = float(line.split()[1]), float(line.split()[2])
+        assert ratio == pytest.approx(4 * weight, abs=0.01)
+        assert line.endswith("#" * round(30 * shade(weight, 4))) and (ratio > 1 or not line.endswith("#"))
     assert lines[4].startswith("prediction: ") and len(lines) == 5
     assert "not in the vocabulary, left out: nosuchword" in printed.err  # synthetic data have no <unk>
+    assert "profile" not in printed.err  # the full values
+    assert explain.main(["train/synthetic/trained/seed0", "pos1 irr9", "profile=quick"]) == 0
+    assert "explain: a model of the quick profile's run" in capsys.readouterr().err
     # A model that was not trained: the kept ones are named (each arm's one seed), not the path echoed.
     assert explain.main(["train/synthetic/nosuch/seed0", "pos1"]) == 2
     assert _one_line(capsys.readouterr().err) == (
@@ -87,6 +96,7 @@ def test_explain_json_gives_the_prediction_probabilities_weights_and_unknown_wor
     printed = capsys.readouterr()
     found = json.loads(printed.out)
     assert printed.err == ""  # the unknown words are in the object
+    assert found["profile"] == "full"
     assert (found["model"], found["dataset"], found["unknown"]) == ("train/synthetic/trained/seed0", "synthetic",
                                                                     ["nosuchword"])
     assert found["unknown_read_as"] is None  # left out: the synthetic vocabulary has no <unk>
@@ -99,7 +109,7 @@ def test_explain_json_gives_the_prediction_probabilities_weights_and_unknown_wor
     # The same reading as the table prints.
     assert explain.main(["train/synthetic/trained/seed0", "pos1 nosuchword irr9 neg5"]) == 0
     table = capsys.readouterr().out.strip().splitlines()
-    assert [float(line.split()[1]) for line in table[:3]] == pytest.approx(weights, abs=1e-4)
+    assert [float(line.split()[1]) for line in table[1:4]] == pytest.approx(weights, abs=1e-4)  # after its header
 
 
 def test_explain_has_a_help_with_examples_and_says_bad_usage_in_one_line(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """The phase diagram (cells, window, d sweep) and the report of every claim, on the tiny synthetic pipeline run
 through the stages' real entry points."""
 
+import html
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from toksel.models.reading import Reading
 from toksel.report import diff
 from toksel.report.claim_table import read_claim_table
 from toksel.report.document import blocks
+from toksel.report.experiments import narrowed
 from toksel.report.forest import CONTROL_COLOURS, verdicts_figure
 from toksel.report.header import prepared_rows, verdict, warning
 from toksel.report.page import page as html_page
@@ -241,6 +243,11 @@ def test_the_html_report_is_self_contained_and_an_artifact_of_the_pipeline_run(r
     figures = re.findall(r'<img src="([^"]*)"', page)
     assert len(figures) == len(re.findall(r"!\[", (reported / "results" / "report" / "report.md").read_text()))
     assert figures and all(src.startswith("data:image/png;base64,") for src in figures)
+    # A table of contents after the title: a link to each section (##), each reaching its heading.
+    sections = re.findall(r"(?m)^## (.+)$", (reported / "results" / "report" / "report.md").read_text())
+    contents = re.findall(r"<li><a href='#([^']+)'>([^<]+)</a></li>", page.split("</nav>")[0])
+    assert [text for _, text in contents] == [html.escape(section, quote=True) for section in sections]
+    assert all(f'<h2 id="{anchor}">' in page for anchor, _ in contents) and len(contents) > 5
     runs = published_runs(reported, "tags.stage = 'report'")
     client = MlflowClient(f"sqlite:///{reported / 'mlflow.db'}")
     parent = runs[0].data.tags["mlflow.parentRunId"]
@@ -383,3 +390,28 @@ def test_attention_is_shaded_against_uniform_on_one_scale_for_every_review_and_a
     odd = ShownReview("imdb", 4, 1, 2, "right", ["<cls>", "*", "a|b", "`x"], uniform.readings)
     words = re.findall(r"<span class='token'[^>]*>(.*?)</span>", html_page(readings_section([odd]), "odd", {}))
     assert words[-4:] == ["&lt;cls&gt;", "*", "a|b", "`x"]  # words that look like markup are shown as they are
+
+
+def _shown_row(name: str | None, rev: str, seeds: list[int], held: float, eta0: float = 40.0) -> dict:
+    """A row of `dvc exp show --json`, as DVC 3 writes it."""
+    return {"rev": rev, "name": name, "error": None, "experiments": None,
+            "data": {"params": {"params.yaml": {"data": {"profile": "quick", "base": {"seeds": seeds},
+                                                         "one_step": {"eta0": eta0}}}},
+                     "metrics": {"results/report/verdicts.json": {"data": {"held": held, "failed": 0.0}}}}}
+
+
+def test_experiments_are_compared_among_themselves_a_row_per_value_that_differs():
+    baseline = _shown_row(None, "a" * 40, [0, 1, 2, 3, 4], 12.0)
+    baseline["experiments"] = [{"name": name, "executor": None, "revs": [_shown_row(name, rev * 40, [0, 1], held,
+                                                                                    eta0)]}
+                               for name, rev, held, eta0 in (("quick-1", "b", 5.0, 40.0), ("eta0-50", "c", 4.0, 50.0))]
+    lines = narrowed([_shown_row(None, "workspace", [0, 1, 2, 3, 4], 12.0), baseline])
+    # Two experiments: compared with each other alone, so the seeds both changed against the baseline are no row.
+    assert lines[0].split() == ["quick-1", "eta0-50"]
+    assert [line.split() for line in lines[1:]] == [["one_step.eta0", "40", "50"], ["held", "5", "4"]]
+    assert max(map(len, lines)) < 120
+    # One experiment: the workspace and the baseline join it.
+    baseline["experiments"] = baseline["experiments"][:1]
+    lines = narrowed([_shown_row(None, "workspace", [0, 1, 2, 3, 4], 12.0), baseline])
+    assert lines[0].split() == ["workspace", "aaaaaaa", "quick-1"]
+    assert lines[1].split()[0] == "base.seeds" and lines[2].split() == ["held", "12", "12", "5"]

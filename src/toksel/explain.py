@@ -28,17 +28,18 @@ from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import word_tokens
 from toksel.data.vocabulary import UNKNOWN, Vocabulary
 from toksel.models.reading import Reading, read_sequence
-from toksel.report.readings import class_name
+from toksel.report.readings import SHADE_CAP, class_name, over_uniform, shade
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, read_npz
 
-BAR = 30  # characters of the largest weight's bar
+BAR = 30  # characters of a bar at the darkest shade (SHADE_CAP times the uniform weight or more)
 RESULTS = Path("results")
 PROG = "python -m toksel.explain"
 EXAMPLES = f"""examples:
   {PROG} train/imdb/trained/seed0 "A wonderful, moving film. The acting is superb."
-      each token with its attention weight and a bar, then the prediction
+      each token with its attention weight w, w T (against the uniform weight 1/T of a review of T tokens) and a
+      bar on the report's scale (none at or below uniform, full from SHADE_CAP x uniform), then the prediction
   {PROG} train/imdb/untrained/seed0 "A wonderful, moving film. The acting is superb."
       the same review read with random frozen embeddings (E0), for comparison
   {PROG} train/yelp_polarity/trained/seed1 "Cold fries, rude staff." --json
@@ -109,6 +110,7 @@ class Explanation:
     left_out: bool  # the vocabulary has no <unk>: unknown words are left out, not read as <unk>
     reading: Reading
     num_classes: int
+    profile: str  # params.yaml's profile: full, or the small run's (quick) whose model this is
 
     def as_json(self) -> dict[str, Any]:
         """The prediction, the probabilities, each token's weight and the unknown words, for scripts."""
@@ -118,7 +120,8 @@ class Explanation:
                 "probabilities": {class_name(k, self.num_classes): float(p) for k, p in enumerate(probabilities)},
                 "tokens": [{"token": word, "weight": float(weight)}
                            for word, weight in zip(self.words, self.reading.weights, strict=True)],
-                "unknown": self.unknown, "unknown_read_as": None if self.left_out else UNKNOWN}
+                "unknown": self.unknown, "unknown_read_as": None if self.left_out else UNKNOWN,
+                "profile": self.profile}
 
 
 def _tokens(text: str, words: list[str], max_len: int | None, dataset: str) -> tuple[list[str], list[str]]:
@@ -160,14 +163,19 @@ def explain(run: str, text: str, overrides: Sequence[str] = ()) -> Explanation:
     ids = Vocabulary(words).encode([found])[0]
     return Explanation(folder.relative_to(RESULTS).as_posix() if folder.is_relative_to(RESULTS) else str(folder),
                        dataset, [words[i] for i in ids], unknown, left_out,
-                       read_sequence(model["scores"], model["values"], ids), tokens.num_classes)
+                       read_sequence(model["scores"], model["values"], ids), tokens.num_classes, config.profile)
 
 
 def _print_table(found: Explanation) -> None:
-    reading = found.reading
+    """Each token's weight and bar on the report's scale (report/readings.py): a near-uniform reading shows no
+    bars, however its largest weight compares with the others."""
+    reading, length = found.reading, len(found.words)
     largest = reading.weights.max()
+    print(f"{'token':>16}  {'weight':>7}  {'w T':>6}  bar: none at or below the uniform weight 1/{length}, full from "
+          f"{SHADE_CAP:g} x")
     for word, weight in zip(found.words, reading.weights, strict=True):
-        print(f"{word:>16}  {weight:7.4f}  {'#' * max(1, round(BAR * weight / largest))}")
+        bar = "#" * round(BAR * shade(weight, length))
+        print(f"{word:>16}  {weight:7.4f}  {over_uniform(weight, length):6.2f}  {bar}")
     probabilities = ", ".join(f"{class_name(k, found.num_classes)} {p:.3f}"
                               for k, p in enumerate(reading.probabilities))
     print(f"prediction: {class_name(reading.predicted, found.num_classes)} ({probabilities}); the largest weight "
@@ -184,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     except ToksError as error:
         print(f"explain: {error}", file=sys.stderr)
         return 2
+    if found.profile != "full":
+        print(f"explain: a model of the {found.profile} profile's run (profiles/{found.profile}.yaml: small data and "
+              "d): its readings are not those of the full run", file=sys.stderr)
     if found.unknown and not args.json:
         how = "left out" if found.left_out else f"read as {UNKNOWN}"
         print(f"explain: not in the vocabulary, {how}: {' '.join(found.unknown)}", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""report.html: report.md made HTML by markdown-it, with the page's style, each figure embedded (one file, readable
-offline) and each verdict cell coloured. Nothing here writes the report's content: that is the Markdown's."""
+"""report.html: report.md made HTML by markdown-it, with the page's style, a table of contents (its sections), each
+figure embedded (one file, readable offline) and each verdict cell coloured. Nothing here writes the report's
+content: that is the Markdown's."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ td.holds,td.good{background:#e6f4ea}td.fails,td.bad{background:#fce8e6;font-weig
 td.inconclusive{background:#fef7e0}td.missing{background:#f1f1f1}td.exploratory{background:#e8f0fe}
 img{max-width:100%;border:1px solid #eee}.reading{line-height:1.9}.token{padding:1px 2px;border-radius:3px}
 blockquote{border:2px solid #d73027;background:#fce8e6;padding:.1em 1em;margin:1em 0;font-size:15px}
-li{margin:.3em 0}.legend .token{margin-right:.6em}"""
+li{margin:.3em 0}.legend .token{margin-right:.6em}
+nav.contents{border:1px solid #ddd;background:#fafafa;padding:.5em 1em;margin:1em 0}nav.contents li{margin:.1em 0}"""
 
 # The report's own inline HTML: the calibration table's anchors and the readings' shaded tokens. Any other tag-like
 # text is a word of the text ("<cls>") and is shown as such.
@@ -61,6 +63,15 @@ def page(markdown: str, title: str, images: Mapping[str, Path]) -> str:
                 child.type = "text"
             elif child.type == "image":
                 child.attrSet("src", _data_uri(images[str(child.attrGet("src"))]))
+    sections = []  # the table of contents: each section (##) with the anchor its heading gets
+    for token, following in zip(tokens, tokens[1:], strict=False):
+        if token.type == "heading_open" and token.tag == "h2":
+            anchor = "section-" + re.sub(r"[^a-z0-9]+", "-", following.content.lower()).strip("-")
+            token.attrSet("id", anchor)
+            sections.append((following.content, anchor))
     body = parser.renderer.render(tokens, parser.options, {})
+    if sections:  # after the title
+        contents = "".join(f"<li><a href='#{anchor}'>{html.escape(text)}</a></li>" for text, anchor in sections)
+        body = body.replace("</h1>\n", f"</h1>\n<nav class='contents'><b>Contents</b><ol>{contents}</ol></nav>\n", 1)
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body>\n{body}</body></html>\n")
