@@ -39,14 +39,14 @@ quick: $(STAMP)
 # baseline's full values, as `dvc exp show --only-changed` does), a column per experiment. EXP_FLAGS: dvc exp show's
 # own options, e.g. --rev <commit> for the experiments of another baseline.
 experiments: $(STAMP)
-	$(BIN)/python -m toksel.report.experiments $(EXP_FLAGS)
+	$(BIN)/python -m toksel.experiments_table $(EXP_FLAGS)
 
 # The claims whose verdict or value moved between two runs (DVC experiment names, commits; `workspace`): OLD
 # defaults to HEAD, NEW to the workspace. `make claims-diff OLD=quick-20261127-142347 NEW=eta0-50`.
 OLD ?= HEAD
 NEW ?= workspace
 claims-diff: $(STAMP)
-	$(BIN)/python -m toksel.report.diff $(OLD) $(NEW)
+	$(BIN)/python -m toksel.claims_diff $(OLD) $(NEW)
 
 # The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline, tests of 30 s
 # or more: the UI in Chromium, the team server, a Dask cluster, two DDP processes, a kill mid-fit), which

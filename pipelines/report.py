@@ -5,7 +5,7 @@ judges each with the registry (toksel.claims.catalogue) and the thresholds of pa
 in words and what the run was (toksel.report.header: the profile, seeds, each dataset's d and rows from prepare's
 metrics, the commit and DVC experiment), and writes results/report/: report.md (figures linked), report.html
 (report.md made HTML, self-contained: figures embedded), verdicts.png (the forest plot), claims.csv (a row per claim
-and dataset: its verdicts, value and interval, which `python -m toksel.report.diff` compares between runs) and
+and dataset: its verdicts, value and interval, which `python -m toksel.claims_diff` compares between runs) and
 metrics.json (how many claims hold, fail, are inconclusive; how many controls fail). Both reports are artifacts of
 the pipeline's parent MLflow run.
 """
@@ -138,7 +138,7 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")
-    table = write_claim_table(OUT / "claims.csv", every)  # a row per claim and dataset: `toksel.report.diff` reads it
+    table = write_claim_table(OUT / "claims.csv", every)  # a row per claim and dataset: `toksel.claims_diff` reads it
     # Each row's value as a metric of the run (claim.<id>.<dataset>), which the pipeline's MLflow run shows too, so
     # that two experiments' runs compare claim by claim.
     run.log_metrics({f"claim.{row.claim}.{row.data}": row.value for row in table.itertuples()})

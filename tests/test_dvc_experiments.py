@@ -102,7 +102,7 @@ def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(
                            capture_output=True, text=True, check=True).stdout
     assert "lemma41_linear" in json.loads(shown)
     # make experiments: the one experiment beside the workspace and its baseline, a row per value that differs.
-    table = subprocess.run([sys.executable, "-m", "toksel.report.experiments"], cwd=project, env=environment,
+    table = subprocess.run([sys.executable, "-m", "toksel.experiments_table"], cwd=project, env=environment,
                            capture_output=True, text=True, check=True).stdout.splitlines()
     assert table[0].split()[0] == "workspace" and table[0].split()[-1] == "small"
     rows = {row.split()[0]: row.split()[-1] for row in table[1:]}

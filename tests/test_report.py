@@ -16,12 +16,12 @@ from mlflow import MlflowClient
 
 from pipelines import evaluate, gradient_flow, one_step, phase, phase_diagram, prepare, report
 from tests.helpers import ROOT, TINY, dvc, published_runs, throwaway_project
+from toksel import claims_diff as diff
 from toksel.claims.catalogue import BY_ID, assess, measure
+from toksel.experiments_table import narrowed
 from toksel.models.reading import Reading
-from toksel.report import diff
 from toksel.report.claim_table import read_claim_table
 from toksel.report.document import blocks
-from toksel.report.experiments import narrowed
 from toksel.report.forest import CONTROL_COLOURS, verdicts_figure
 from toksel.report.header import prepared_rows, verdict, warning
 from toksel.report.page import page as html_page

@@ -1,5 +1,5 @@
 """The report's claims as one table, a row per claim and dataset (results/report/claims.csv), and what moved
-between two runs of it: `python -m toksel.report.diff` compares the tables of two experiments or commits.
+between two runs of it: `python -m toksel.claims_diff` compares the tables of two experiments or commits.
 
 A row: the claim, its dataset and origin (the paper's or ours), its verdict by its own rule, whether it counts,
 its verdict under the error control across the report (Holm), the statistic's mean and interval, the threshold.

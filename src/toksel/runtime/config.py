@@ -58,11 +58,12 @@ def _check_aliases(path: Path, text: str) -> None:
                             f"{event.start_mark.line + 1}: write the values out")
 
 
-def _read_params(path: Path) -> tuple[Any, str]:
-    """params.yaml as an OmegaConf node, and the digest of the values in it (what DVC records: comments and
-    layout aside); one line for a file that is not UTF-8, not YAML, repeats a key or is not a mapping."""
+def _read_params(path: Path, text: str | None = None) -> tuple[Any, str]:
+    """params.yaml (or `text`, a version of it) as an OmegaConf node, and the digest of the values in it (what DVC
+    records: comments and layout aside); one line for a file that is not UTF-8, not YAML, repeats a key or is not a
+    mapping."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8") if text is None else text
         _check_aliases(path, text)
         params = OmegaConf.load(io.StringIO(text))
     except UnicodeDecodeError as error:
@@ -81,9 +82,10 @@ def _read_params(path: Path) -> tuple[Any, str]:
     return params, hashlib.sha256(values.encode()).hexdigest()
 
 
-def params_values(path: Path | str = "params.yaml") -> dict[str, Any]:
-    """The values `path` holds, read and checked as read_config reads them (not yet validated by the schema)."""
-    return OmegaConf.to_container(_read_params(Path(path))[0], resolve=False)
+def params_values(path: Path | str = "params.yaml", text: str | None = None) -> dict[str, Any]:
+    """The values `path` holds (or `text`, another version of it), read and checked as read_config reads them (not
+    yet validated by the schema)."""
+    return OmegaConf.to_container(_read_params(Path(path), text)[0], resolve=False)
 
 
 def params_digest(path: Path | str = "params.yaml") -> str:

@@ -65,19 +65,19 @@ class Pipeline:
 
     key: str
     name: str
+    experiment: str  # the DVC experiment's name; "" for the workspace
     params_yaml: str
     changed: dict[str, str]  # params.yaml's values that differ from the commit's, flattened (none without git)
 
 
 def _committed_values(path: Path) -> dict[str, Any] | None:
-    """params.yaml's values as HEAD has them, flattened; None without git or a committed file."""
-    import yaml
-
+    """params.yaml's values as HEAD has them, read as the workspace's are, flattened; None without git or a
+    committed file that reads."""
     try:
         text = subprocess.run(["git", "show", f"HEAD:{path.as_posix()}"], capture_output=True, text=True,
                               check=True).stdout
-        return flatten(yaml.safe_load(text) or {})
-    except (OSError, subprocess.CalledProcessError, yaml.YAMLError):
+        return flatten(params_values(path, text))
+    except (OSError, subprocess.CalledProcessError, ToksError):
         return None
 
 
@@ -91,7 +91,7 @@ def current_pipeline(path: Path = Path("params.yaml")) -> Pipeline:
     experiment = os.environ.get("DVC_EXP_NAME", "")
     digest = _digest(values)[:8]
     name = experiment or f"workspace ({values.get('profile', '?')}) {digest}"
-    return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}", name,
+    return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}", name, experiment,
                     path.read_text() if path.is_file() else "", changed)
 
 
@@ -113,8 +113,7 @@ def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
               # the report's numbers: verdict counts and each claim's value (claim.<id>.<dataset>)
               "metrics": {name: points[-1:] for name, points in report["metrics"].items()} if report else {},
               "started": min(run["started"] for run, _ in tops), "ended": max(run["ended"] for run, _ in tops),
-              "tags": {"stage": "pipeline", **({"dvc.experiment": os.environ["DVC_EXP_NAME"]}
-                                              if os.environ.get("DVC_EXP_NAME") else {})}}
+              "tags": {"stage": "pipeline", **({"dvc.experiment": pipeline.experiment} if pipeline.experiment else {})}}
     parent_key = _digest("pipeline", pipeline.key)
     specs = [Spec(parent_key, parent, pipeline.key, None, texts={"params.yaml": pipeline.params_yaml})]
     for run, params_yaml in tops:
@@ -158,9 +157,10 @@ class Publisher:
                 return found
 
     def publish(self, specs: list[Spec]) -> Published:
-        with store_lock(self.uri):
-            for pipeline_key in dict.fromkeys(spec.pipeline for spec in specs):
-                self._rebuild([spec for spec in specs if spec.pipeline == pipeline_key])
+        """The view of one pipeline run's specs (read_specs), rebuilt."""
+        if specs:
+            with store_lock(self.uri):
+                self._rebuild(specs)
         return self.published
 
     def _rebuild(self, specs: list[Spec]) -> None:

@@ -1,4 +1,4 @@
-"""The experiments side by side, narrowed to what differs between them: `python -m toksel.report.experiments
+"""The experiments side by side, narrowed to what differs between them: `python -m toksel.experiments_table
 [dvc exp show options]` (`make experiments`).
 
 `dvc exp show --only-changed` keeps a column wherever a value differs among its rows, the baseline commit's and the

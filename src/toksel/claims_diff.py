@@ -1,4 +1,4 @@
-"""Which claims moved between two runs: `python -m toksel.report.diff [OLD [NEW]]` (`make claims-diff`).
+"""Which claims moved between two runs: `python -m toksel.claims_diff [OLD [NEW]]` (`make claims-diff`).
 
 OLD and NEW are anything DVC reads a file at: a DVC experiment's name, a commit, a branch or a tag; `workspace`
 for the files as they are here. By default OLD is HEAD and NEW the workspace; with one name, that run against the
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     if len(argv) > 2:
-        print(f"diff: at most two runs to compare, not {len(argv)}: python -m toksel.report.diff [OLD [NEW]]",
+        print(f"diff: at most two runs to compare, not {len(argv)}: python -m toksel.claims_diff [OLD [NEW]]",
               file=sys.stderr)
         return 2
     old = argv[0] if argv else "HEAD"
