@@ -23,9 +23,10 @@ from toksel.params import Config
 from toksel.runtime.cli import run_stage
 from toksel.runtime.io import read_npz, write_csv, write_npz
 from toksel.runtime.paths import results_dir, seed_dir
-from toksel.runtime.progress import show_progress
+from toksel.runtime.progress import FlowWatch
 from toksel.runtime.records import RunRecord
 from toksel.theory.convergence import control_metrics, follow_gradient_flow
+from toksel.theory.gradient_flow import MAX_STEPS
 from toksel.theory.one_step import EmbeddingUpdate
 
 SECTIONS = STAGE_SECTIONS["gradient_flow"]
@@ -38,8 +39,12 @@ def gradient_flow(config: Config, run: RunRecord) -> None:
                           producer="one_step")
     train, tokens = PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv")
     settings = config.gradient_flow
-    flow = follow_gradient_flow(embeddings["E1"], embeddings["p0"], embeddings["v"], train, tokens, settings,
-                                progress=show_progress())
+    watch = FlowWatch(run.label, settings.horizon, MAX_STEPS, f"datasets.{config.dataset}.gradient_flow.horizon")
+    try:
+        flow = follow_gradient_flow(embeddings["E1"], embeddings["p0"], embeddings["v"], train, tokens, settings,
+                                    observe=watch)
+    finally:
+        watch.close()
     null = EmbeddingUpdate(embeddings["null_along_p"], embeddings["null_along_v"])
     # Lemma 4.2's control (a bounded flow) where the lemma is judged: two classes, and a flow whose statistic
     # settled (an unsettled one is not tested, and needs no control).

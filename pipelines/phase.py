@@ -56,7 +56,7 @@ def phase_row(config: Config, run: RunRecord) -> None:
         settings = dataclasses.replace(config.gradient_flow, horizon=config.phase.horizon,
                                        tolerance=config.phase.tolerance,
                                        max_margin=config.gradient_flow.max_margin and seed == seeds[0])
-        flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, settings, progress=False,
+        flow = follow_gradient_flow(step.E1, step.p0, step.v, train, tokens, settings,
                                     important_direction=False)
         return {"d": float(d), "eta0": eta0, "seed": float(seed),
                 **{f"one_step_{name}": value for name, value in step.metrics.items()}, **flow.metrics}

@@ -1,6 +1,7 @@
 """A dataset from the project's own file (data.source: file), added by params alone: its formats, its test split,
 its bad input (one line, exit 2), its MLflow input, and DVC rerunning its stages when the file changes."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 from pipelines import check_params, evaluate, gradient_flow, one_step, prepare
 from tests.helpers import ROOT, dataset_entry, dvc, stages_run
 from toksel.data.sources import load_text_splits
+from toksel.report.header import dataset_rows
 from toksel.runtime.cli import RunNaming
 from toksel.runtime.config import load_config
 
@@ -230,3 +232,9 @@ def test_dvc_reruns_a_file_datasets_stages_when_its_file_changes_and_only_then(d
 
 def test_the_repository_keeps_the_folder_of_own_files():
     assert (ROOT / "data" / "own" / "README.md").is_file()  # dvc.yaml's prepare stages depend on the folder
+
+
+def test_the_report_names_a_file_dataset_by_its_file_and_digest(own_project):
+    digest = hashlib.sha256((own_project / "data" / "own" / "reviews.csv").read_bytes()).hexdigest()
+    row = dataset_rows({"mine": load_config(["dataset=mine"])})[0]
+    assert row[:2] == ["mine", f"file data/own/reviews.csv (SHA-256 {digest[:12]})"]

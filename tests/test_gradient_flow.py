@@ -212,3 +212,12 @@ def test_the_implicit_penalised_flow_is_bounded_as_the_explicit_one_is():
     implicit = run_gradient_flow(E1, *init, bags, Integration(1e6, 1e-3, "implicit"), penalty=1e-6)
     assert log_growth(implicit.times, implicit.p_norm) < 0.5
     assert implicit.p_norm[-1] == pytest.approx(explicit.p_norm[-1], rel=0.02)
+
+
+def test_a_flow_tells_its_observer_every_step_it_keeps():
+    _, bags, init, E1 = _one_step_case()
+    seen: list[tuple[float, float, int]] = []
+    trajectory = run_gradient_flow(E1, *init, bags, Integration(500.0, 1e-3), observe=lambda *told: seen.append(told))
+    assert [steps for _, _, steps in seen] == list(range(1, trajectory.steps + 1))
+    assert np.allclose(np.cumsum([step for _, step, _ in seen]), [t for t, _, _ in seen])
+    assert seen[-1][0] == 500.0

@@ -1,8 +1,9 @@
 """Run the whole DAG under a named profile: `python -m tools.profile quick [dvc exp run options]` (`make quick`).
 
-A profile, profiles/<name>.yaml, is a partial params.yaml, checked against the schema and then run as a DVC
-experiment in a copy of the project (`dvc exp run --temp -n <name>-<time> -S ++key=value` for each of its values):
-the workspace's params.yaml, results and dvc.lock stay as they were. The experiment's results are in its DVC
+A profile, profiles/<name>.yaml, is a partial params.yaml (its `every_other_dataset` values go to each dataset entry
+it does not name), checked against the schema and then run as a DVC experiment in a copy of the project
+(`dvc exp run --temp -n <name>-<time> -S ++key=value` for each value): the workspace's params.yaml, results and
+dvc.lock stay as they were. The experiment's results are in its DVC
 experiment (`dvc exp show`; `dvc exp apply <name>` brings them into the workspace) and its MLflow runs in the
 project's store, under a parent named after it. The real datasets come from $TOKSEL_DATA_MIRROR, else the Hugging
 Face Hub; with neither (no mirror, HF_HUB_OFFLINE=1) only the synthetic datasets and the phase diagram run.
@@ -56,6 +57,10 @@ def read_profile(name: str, params: Path = Path("params.yaml")) -> dict[str, Any
     profile = OmegaConf.to_container(OmegaConf.load(path))
     if not isinstance(profile, dict) or profile.get("profile") != name:
         raise ToksError(f"{path} must be a mapping of params.yaml's sections that sets profile: {name}")
+    # every_other_dataset: the values of each dataset entry the profile does not name (your own datasets)
+    others, named = profile.pop("every_other_dataset", None), profile.setdefault("datasets", {})
+    for entry in OmegaConf.load(params).get("datasets", {}) if others else ():
+        named.setdefault(entry, others)
     _load(profile, params)  # one line naming the key when a value does not fit
     return profile
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from toksel.claims.catalogue import Assessment, Claim
 from toksel.data.draws import what_varies
 from toksel.params import Config
-from toksel.runtime.io import read_json
+from toksel.runtime.io import file_digests, read_json
 from toksel.summaries.markdown import number
 
 FULL = "full"  # params.yaml's own values: the paper's sizes, the ablations at their CPU size
@@ -217,12 +217,15 @@ DATASET_COLUMNS = ["dataset", "data", "classes", "d", "train rows", "test rows",
 
 
 def dataset_rows(configs: Mapping[str, Config], root: Path = Path("results")) -> list[list[str]]:
-    """One row per dataset: where its data come from, its classes, d after its overrides, and its rows."""
+    """One row per dataset: where its data come from (a file with the start of its SHA-256), its classes, d after its
+    overrides, and its rows."""
     lines = []
     for name, config in configs.items():
         data = config.data
-        lines.append([name, data.origin, str(data.num_classes), str(config.model.d), *prepared_rows(name, root),
-                      what_varies(data)])
+        digests = ", ".join(f"{path} (SHA-256 {digest[:12] if digest else 'missing'})"
+                            for path, digest in file_digests(data.files).items())
+        lines.append([name, f"file {digests}" if digests else data.origin, str(data.num_classes), str(config.model.d),
+                      *prepared_rows(name, root), what_varies(data)])
     return lines
 
 

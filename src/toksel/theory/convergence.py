@@ -27,7 +27,14 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
 from toksel.models.fused import FusedBags
 from toksel.runtime.errors import ToksError
-from toksel.theory.gradient_flow import RECORDS_PER_DOUBLING, Integration, Trajectory, halved, run_gradient_flow
+from toksel.theory.gradient_flow import (
+    RECORDS_PER_DOUBLING,
+    Integration,
+    Observer,
+    Trajectory,
+    halved,
+    run_gradient_flow,
+)
 from toksel.theory.max_margin import (
     MaxMarginSolution,
     constraint_pairs,
@@ -231,13 +238,13 @@ def integration_of(settings: FlowSettings) -> Integration:
 
 
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: TokenTable,
-                         settings: FlowSettings, progress: bool = False,
+                         settings: FlowSettings, observe: Observer | None = None,
                          important_direction: bool = True) -> GradientFlowResult:
     """The flow on p from p0 with E frozen, on the training split, to flow time settings.horizon; the theory
     checks along the way (without `important_direction`, cos_max_margin_important is left null: a second QP
     that not every caller reads); the same run with its steps halved, and how far the two differ."""
     bags = FusedBags.from_split(train, tokens.num_classes)
-    trajectory = run_gradient_flow(E, p0, v, bags, integration_of(settings), progress=progress)
+    trajectory = run_gradient_flow(E, p0, v, bags, integration_of(settings), observe=observe)
     report = analyse_trajectory(trajectory, E, train, tokens.important, settings.selection_tol, settings.max_margin,
                                 important_direction)
     finer = halved(E, p0, v, bags, trajectory, settings.horizon)

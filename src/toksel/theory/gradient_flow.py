@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
-from tqdm import tqdm
 
 from toksel.models.fused import FusedBags
 from toksel.models.threads import pass_threads
@@ -41,6 +41,7 @@ METHODS = ("explicit", "implicit", "implicit-krylov")
 RECORDS_PER_DOUBLING = 3
 RECORDED_DOUBLINGS = 20  # the first record at horizon / 2^20 (about 1e-6 of it)
 MAX_STEPS = 200_000  # a flow that needs more is too stiff for its horizon: the stage says so
+Observer = Callable[[float, float, int], None]  # told (t, the step's length, steps so far) after each step kept
 FIRST_STEP = 1e-3  # the first step's length, as a share of max(|p_0|, 1): the controller takes it from there
 
 
@@ -121,13 +122,13 @@ class Integration:
 
 
 def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, integration: Integration,
-                      penalty: float = 0.0, progress: bool = False) -> Trajectory:
+                      penalty: float = 0.0, observe: Observer | None = None) -> Trajectory:
     """The flow from p0 with E and v frozen, followed as `integration` says; penalty: the flow of
-    L + penalty/2 |p|^2, a loss with a finite minimiser."""
+    L + penalty/2 |p|^2, a loss with a finite minimiser; `observe` follows its progress (a bar, an estimate)."""
     stepper = _stepper(integration.method, E, v, bags, penalty)
     with pass_threads(len(bags.tokens), E.size), _blas_threads(integration.method):
         run = _integrate(stepper, p0.astype(np.float64, copy=True), record_times(integration.horizon),
-                         integration.tolerance, progress)
+                         integration.tolerance, observe)
     return replace(_counted(run, integration.method, stepper), tolerance=integration.tolerance)
 
 
@@ -155,13 +156,13 @@ def _counted(run: Trajectory, method: str, stepper: Stepper) -> Trajectory:
                    products=getattr(stepper, "products", 0), rebuilds=tuple(getattr(stepper, "rebuilds", ())))
 
 
-def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: float, progress: bool) -> Trajectory:
+def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: float,
+               observe: Observer | None) -> Trajectory:
     loss, gradient = stepper.field(p)
     losses, snapshots, sizes, rejected = [loss], [p.copy()], [], 0
     start_norm = max(float(np.linalg.norm(p)), 1e-300)
     t, record, first_change = 0.0, 1, 0.0
     eta = FIRST_STEP * max(1.0, start_norm) / max(float(np.linalg.norm(gradient)), 1e-300)
-    bar = tqdm(total=len(times) - 1, desc="gradient flow", disable=not progress, mininterval=1.0)
     while record < len(times):
         if not np.any(gradient):  # at rest (or every exp underflowed): the flow stays where it is
             losses += [loss] * (len(times) - record)
@@ -179,6 +180,8 @@ def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: fl
         p, loss, gradient, t = candidate, new_loss, new_gradient, t + step
         sizes.append(step)
         eta = max(eta, step) * growth  # a step cut to land on a record does not shrink the next one
+        if observe is not None:
+            observe(t, step, len(sizes))
         if len(sizes) > MAX_STEPS:
             raise ToksError(f"gradient flow: {MAX_STEPS:,} steps reached flow time {t:.3g} of the horizon "
                             f"{times[-1]:.3g}: the problem is too stiff for it; lower gradient_flow.horizon")
@@ -187,8 +190,6 @@ def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: fl
             losses.append(loss)
             snapshots.append(p.copy())
             record += 1
-            bar.update()
-    bar.close()
     return Trajectory(times, np.array(losses), np.stack(snapshots), np.array(sizes), rejected, first_change)
 
 
