@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 TEAM_PORT ?= 5001
 
-.PHONY: test-slow install repro quick experiments claims-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
+.PHONY: test-slow install repro quick experiments claims-diff plots-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ OLD ?= HEAD
 NEW ?= workspace
 claims-diff: $(STAMP)
 	$(BIN)/python -m toksel.claims_diff $(OLD) $(NEW)
+
+# The plots whose data moved between the same two (dvc_plots/index.html; the Vega scripts inline, fetched once from
+# the npm registry, so that the page renders offline); the unchanged ones listed by name (tools/plots_diff.py).
+plots-diff: $(STAMP)
+	$(BIN)/python -m tools.plots_diff $(OLD) $(filter-out workspace,$(NEW))
 
 # The tests but the slow ones (marked `slow`: the DVC end-to-end runs, the controls' tiny pipeline, tests of 30 s
 # or more: the UI in Chromium, the team server, a Dask cluster, two DDP processes, a kill mid-fit), which

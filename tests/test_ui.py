@@ -54,6 +54,7 @@ def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(p
         shots = Path(os.environ.get("TOKSEL_UI_SCREENSHOTS", prepared))
         page = _look(address, shots / "mlflow-ui.png")
         assert "Run Name" in page and pipeline.info.run_name in page and "Detect Issues" not in page
+        assert "toksel: pipelines, what differs" in page and flow.info.run_name not in page  # the parents' view
         experiment = MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_experiment_by_name("toksel").experiment_id
         base = f"http://127.0.0.1:{port}/"
         chart = _look(base + CHART_VIEW.format(run=flow.info.run_id, experiment=experiment),

@@ -13,8 +13,10 @@ from mlflow import MlflowClient
 
 from tests.helpers import ROOT
 from toksel import publish
+from toksel.runtime.config import params_values
 from toksel.runtime.io import outputs_together, write_text
-from toksel.runtime.records import RunRecord, write_records
+from toksel.runtime.records import RunRecord, flatten, write_records
+from toksel.tracking.saved_views import TAG_PREFIX
 from toksel.tracking.view import Publisher
 
 STAGE_RUNS = 3  # per pipeline below: three seeds, each with two trials
@@ -46,9 +48,10 @@ def _store(project: Path) -> tuple[MlflowClient, list]:
     return client, client.search_runs([experiment.experiment_id], max_results=1000)
 
 
-def _check_once(project: Path, pipelines: int = 1, seeds: int = STAGE_RUNS) -> list:
+def _check_once(project: Path, pipelines: int = 1, seeds: int = STAGE_RUNS, extra: int = 0) -> list:
+    """The store holds each record's run once (and `extra` stage runs without trials), nested as the records are."""
     client, runs = _store(project)
-    assert len(runs) == (1 + 3 * seeds) * pipelines
+    assert len(runs) == (1 + 3 * seeds) * pipelines + extra
     assert all(run.info.status == "FINISHED" for run in runs)
     assert len({run.data.tags["toksel.record"] for run in runs}) == len(runs)
     by_id = {run.info.run_id: run for run in runs}
@@ -113,7 +116,9 @@ def test_the_parent_shows_what_changed_and_the_report_and_no_run_is_deeper_than_
     assert publish.main([]) == 0
     client, runs = _store(project)
     parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
-    assert parent.data.params == {"base.seeds": "[0, 1]"}
+    assert parent.data.params["base.seeds"] == "[0, 1]" and parent.data.params["profile"] == "full"
+    assert len(parent.data.params) == len(flatten(params_values()))  # every value, the changed one named
+    assert parent.data.tags["toksel.changed"] == "base.seeds"
     assert parent.data.metrics == {"claims_held": 5.0, "claim.lemma41_linear.imdb": 0.99}
     by_id = {run.info.run_id: run for run in runs}
     stage_run = next(run for run in runs if run.info.run_name == f"train synthetic [{parent.info.run_name}]")
@@ -222,3 +227,53 @@ def test_a_damaged_record_is_one_line_and_exit_2(project, capsys, content, said)
     assert publish.main([]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and said in error[0]
+
+
+def _saved_view(client: MlflowClient, key: str) -> dict:
+    """A saved view of the runs table as the UI reads it: its name, its filter and its columns."""
+    tag = client.get_experiment_by_name("toksel").tags[TAG_PREFIX + key]
+    view = json.loads(tag)
+    return {"name": view["name"], **json.loads(view["state"])}
+
+
+def test_each_kind_of_run_has_a_saved_view_and_the_pipelines_view_shows_what_differs(project):
+    _records(project)
+    assert publish.main([]) == 0
+    client, _ = _store(project)
+    flows = _saved_view(client, "toksel-gradient-flow")
+    assert flows["searchFilter"] == "tags.stage = 'gradient_flow'"
+    shown = set(flows["selectedColumns"])
+    assert {"params.`one_step.eta0`", "params.`model.d`", "metrics.`selection_fraction`"} <= shown
+    pipelines = _saved_view(client, "toksel-pipelines")
+    assert pipelines["searchFilter"] == "tags.stage = 'pipeline'"
+    assert [column for column in pipelines["selectedColumns"] if column.startswith("params")] == []  # no git: no change
+    _with_profile(project, "other")  # a second pipeline run: the value that differs becomes a column
+    assert publish.main([]) == 0
+    columns = _saved_view(client, "toksel-pipelines")["selectedColumns"]
+    assert [column for column in columns if column.startswith("params")] == ["params.`profile`"]
+    assert "metrics.`claims_held`" in columns
+
+
+def test_a_parent_whose_numbers_change_is_made_anew_and_keeps_its_runs(project):
+    _records(project)
+    with outputs_together():
+        report = RunRecord("report", {"stage": "report"})
+        with report.run():
+            report.log_metrics({"claims_held": 5.0})
+        write_records(Path("runs") / "report.json", [report], {"params_yaml": ""})
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    before = {run.info.run_name: run.info.run_id for run in runs}
+    with outputs_together():  # the report again, with another count
+        report = RunRecord("report", {"stage": "report"})
+        with report.run():
+            report.log_metrics({"claims_held": 6.0})
+        write_records(Path("runs") / "report.json", [report], {"params_yaml": ""})
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
+    assert parent.data.metrics["claims_held"] == 6.0 and parent.info.run_id not in before.values()
+    seed0 = next(run for run in runs if run.info.run_name.startswith("train synthetic seed 0"))
+    assert seed0.info.run_id == before[seed0.info.run_name]  # kept, and moved under the new parent
+    assert seed0.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    _check_once(project, extra=1)

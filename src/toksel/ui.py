@@ -19,10 +19,12 @@ from pathlib import Path
 from toksel.runtime.errors import ToksError
 from toksel.runtime.experiment import experiment_name, quiet_mlflow
 from toksel.runtime.paths import tracking_uri
+from toksel.tracking.saved_views import PIPELINES_VIEW, TAG_PREFIX
 
 
 def runs_address(uri: str, base: str) -> str:
-    """The address of the toksel experiment's runs table, once the store holds a pipeline's run."""
+    """The address of the toksel experiment's runs table (its view of the pipelines, where publish saved it), once
+    the store holds a pipeline's run."""
     quiet_mlflow()
     from mlflow import MlflowClient
 
@@ -34,7 +36,10 @@ def runs_address(uri: str, base: str) -> str:
     if experiment is None:
         raise ToksError(f"the store {uri} holds no run of the experiment {experiment_name()!r}: run the pipeline "
                         "first (dvc repro)")
-    return f"{base.rstrip('/')}/#/experiments/{experiment.experiment_id}?workflowType=machine_learning"
+    address = f"{base.rstrip('/')}/#/experiments/{experiment.experiment_id}"
+    if TAG_PREFIX + PIPELINES_VIEW in experiment.tags:  # the parents compared (tracking/saved_views.py)
+        return f"{address}/runs?viewStateShareKey={PIPELINES_VIEW}"
+    return f"{address}?workflowType=machine_learning"
 
 
 def require_free(port: int) -> None:

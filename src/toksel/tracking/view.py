@@ -1,8 +1,9 @@
 """MLflow as a view of the run records that the stages write under runs/ (runtime/records.py).
 
 `publish` shows the records present as one run of the pipeline (current_pipeline): a DVC experiment, or the
-workspace at its params.yaml's values. Its parent run carries the values params.yaml changes against the commit
-and the report's numbers (verdict counts, each claim's value), so that two experiments' parents compare in MLflow;
+workspace at its params.yaml's values. Its parent run carries params.yaml's values (flattened; CHANGED_TAG names
+those that differ from the commit's) and the report's numbers (verdict counts, each claim's value), so that two
+experiments' parents compare in MLflow; it is made anew when those change, and the runs under it move to the new one;
 under it, a run per stage (and seed), named with the pipeline's name so that runs overlaid from two experiments
 tell apart; under those, their trials, controls and cells, one level at the most (deeper runs hang beside their
 parent, named after it). A run is known by its record: RECORD_TAG holds the SHA-256 of the record and of its
@@ -28,9 +29,12 @@ from toksel.runtime.errors import ToksError
 from toksel.runtime.experiment import open_experiment, store_lock
 from toksel.runtime.io import file_sha256, read_json
 from toksel.runtime.records import flatten
+from toksel.tracking.saved_views import differing, save_views
 
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
+CHANGED_TAG = "toksel.changed"  # on the parent: the keys whose values differ from the commit's
+TAG_LENGTH = 5000  # characters: MLflow keeps 8000 of a tag's value
 PARENT_TAG = "mlflow.parentRunId"
 RECORDS = Path("runs")
 
@@ -67,7 +71,8 @@ class Pipeline:
     name: str
     experiment: str  # the DVC experiment's name; "" for the workspace
     params_yaml: str
-    changed: dict[str, str]  # params.yaml's values that differ from the commit's, flattened (none without git)
+    values: dict[str, str]  # params.yaml's values, flattened
+    changed: tuple[str, ...]  # the keys whose values differ from the commit's (none without git)
 
 
 def _committed_values(path: Path) -> dict[str, Any] | None:
@@ -86,13 +91,14 @@ def current_pipeline(path: Path = Path("params.yaml")) -> Pipeline:
     at the same values shows under the same parent and a change of values under a new one."""
     values = flatten(params_values(path)) if path.is_file() else {}
     committed = _committed_values(path)
-    changed = {} if committed is None else {key: str(value) for key, value in values.items()
-                                            if key not in committed or committed[key] != value}
+    changed = () if committed is None else tuple(key for key, value in values.items()
+                                                 if key not in committed or committed[key] != value)
     experiment = os.environ.get("DVC_EXP_NAME", "")
     digest = _digest(values)[:8]
     name = experiment or f"workspace ({values.get('profile', '?')}) {digest}"
     return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}", name, experiment,
-                    path.read_text() if path.is_file() else "", changed)
+                    path.read_text() if path.is_file() else "", {key: str(value) for key, value in values.items()},
+                    changed)
 
 
 def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
@@ -109,31 +115,36 @@ def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
     if not tops:
         return []
     report = next((run for run, _ in tops if run["tags"].get("stage") == "report"), None)
-    parent = {"name": pipeline.name, "status": "FINISHED", "params": pipeline.changed, "artifacts": [], "inputs": [],
+    changed = ", ".join(pipeline.changed)
+    changed = changed if len(changed) <= TAG_LENGTH else "(too many to list)"
+    parent = {"name": pipeline.name, "status": "FINISHED", "params": pipeline.values, "artifacts": [], "inputs": [],
               # the report's numbers: verdict counts and each claim's value (claim.<id>.<dataset>)
               "metrics": {name: points[-1:] for name, points in report["metrics"].items()} if report else {},
-              "started": min(run["started"] for run, _ in tops), "ended": max(run["ended"] for run, _ in tops),
-              "tags": {"stage": "pipeline", **({"dvc.experiment": pipeline.experiment} if pipeline.experiment else {})}}
-    parent_key = _digest("pipeline", pipeline.key)
+              "tags": {"stage": "pipeline", CHANGED_TAG: changed,
+                       **({"dvc.experiment": pipeline.experiment} if pipeline.experiment else {})}}
+    # The parent is made anew when its values or numbers change; the runs under it are known by the pipeline run.
+    root = _digest("pipeline", pipeline.key)
+    parent_key = _digest(root, parent)
+    parent.update(started=min(run["started"] for run, _ in tops), ended=max(run["ended"] for run, _ in tops))
     specs = [Spec(parent_key, parent, pipeline.key, None, texts={"params.yaml": pipeline.params_yaml})]
     for run, params_yaml in tops:
-        specs.extend(_tree(run, pipeline, parent_key, {"params.yaml": params_yaml}))
+        specs.extend(_tree(run, pipeline, root, parent_key, {"params.yaml": params_yaml}))
     return specs
 
 
-def _tree(run: dict, pipeline: Pipeline, parent_key: str, texts: dict[str, str], depth: int = 1,
+def _tree(run: dict, pipeline: Pipeline, root: str, parent_key: str, texts: dict[str, str], depth: int = 1,
           prefix: str = "") -> Iterator[Spec]:
-    """The run (a stage's at depth 1, named with the pipeline's name) and the runs nested in it; those below depth 2
-    hang beside their parent, their names after its."""
+    """The run (a stage's at depth 1, named with the pipeline's name, known by its record and `root`) and the runs
+    nested in it; those below depth 2 hang beside their parent, their names after its."""
     own = {name: value for name, value in run.items() if name != "children"}
     own["name"] = prefix + own["name"] + (f" [{pipeline.name}]" if depth == 1 else "")
-    key = _digest(parent_key, own)
+    key = _digest(root, own)
     yield Spec(key, own, pipeline.key, parent_key, texts=texts)
     for child in run["children"]:
         if depth < 2:
-            yield from _tree(child, pipeline, key, {}, depth + 1)
+            yield from _tree(child, pipeline, key, key, {}, depth + 1)
         else:
-            yield from _tree(child, pipeline, parent_key, {}, depth, prefix=f"{own['name']}, ")
+            yield from _tree(child, pipeline, parent_key, parent_key, {}, depth, prefix=f"{own['name']}, ")
 
 
 class Publisher:
@@ -145,12 +156,12 @@ class Publisher:
             self.client, self.experiment_id = open_experiment(uri)
         self.published = Published()
 
-    def _runs(self, pipeline_key: str) -> list[Any]:
-        """The store's runs of one pipeline run."""
+    def _runs(self, tag: str, value: str) -> list[Any]:
+        """The store's runs whose tag `tag` is `value`."""
         found, token = [], None
         while True:
-            page = self.client.search_runs([self.experiment_id], f"tags.`{PIPELINE_KEY_TAG}` = '{pipeline_key}'",
-                                           max_results=1000, page_token=token)
+            page = self.client.search_runs([self.experiment_id], f"tags.`{tag}` = '{value}'", max_results=1000,
+                                           page_token=token)
             found.extend(page)
             token = page.token
             if not token:
@@ -161,11 +172,17 @@ class Publisher:
         if specs:
             with store_lock(self.uri):
                 self._rebuild(specs)
+                parents = self._runs("stage", "pipeline")
+                # what tells the pipelines apart: the values that differ among them, or this one's changed values
+                parent = specs[0].record
+                changed = [key for key in parent["tags"][CHANGED_TAG].split(", ") if key in parent["params"]]
+                save_views(self.client, self.experiment_id, differing(parents) if len(parents) > 1 else changed)
         return self.published
 
     def _rebuild(self, specs: list[Spec]) -> None:
         kept: dict[str, str] = {}  # record key -> run id
-        for run in sorted(self._runs(specs[0].pipeline), key=lambda run: (run.info.start_time, run.info.run_id)):
+        runs = self._runs(PIPELINE_KEY_TAG, specs[0].pipeline)
+        for run in sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id)):
             key = run.data.tags.get(RECORD_TAG)
             if run.info.status == "RUNNING" or key in kept:
                 self.client.delete_run(run.info.run_id)
@@ -176,9 +193,14 @@ class Publisher:
         for key in [key for key in kept if key not in wanted]:
             self.client.delete_run(kept.pop(key))
             self.published.removed += 1
+        made = set()
         for spec in specs:  # parents first
             if spec.key not in kept:
                 kept[spec.key] = self._create(spec, kept.get(spec.parent_key))
+                made.add(spec.key)
+            elif spec.parent_key in made:  # a run kept under a parent made anew
+                self.client.set_tag(kept[spec.key], PARENT_TAG, kept[spec.parent_key])
+                self.client.set_tag(kept[spec.key], PARENT_RECORD_TAG, spec.parent_key)
         self.published.runs += len(specs)
         self.published.records += sum(spec.parent_key is not None for spec in specs)
 

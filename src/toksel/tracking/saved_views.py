@@ -1,0 +1,60 @@
+"""The runs table's saved views, one per kind of run: its runs alone, with the columns that tell them apart.
+
+MLflow (3.15 and later) keeps a saved view of the runs table as an experiment tag `mlflow.sharedViewState.<id>`
+whose value holds the view's name and its state: the search (a filter on the `stage` tag) and the columns shown.
+The UI lists the views in its Views menu; `#/experiments/<id>/runs?viewStateShareKey=<id>` opens one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+TAG_PREFIX = "mlflow.sharedViewState."
+PIPELINES_VIEW = "toksel-pipelines"
+VERDICTS = ("claims_held", "claims_failed", "claims_inconclusive", "ours_held", "ours_failed", "ours_inconclusive")
+
+# id -> (name, stage, params, metrics): the key values and numbers of a kind of run, as its runs carry them.
+KINDS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
+    "toksel-one-step": ("toksel: one step (Lemma 4.1)", "one_step", ("model.d", "one_step.eta0", "seed"),
+                        ("pearson_r", "slope_rel_error", "orthogonal_ratio")),
+    "toksel-gradient-flow": ("toksel: gradient flow (Lemmas 4.2, 4.4, Theorem 4.3)", "gradient_flow",
+                             ("model.d", "one_step.eta0", "gradient_flow.horizon", "seed"),
+                             ("loss", "p_norm", "selection_fraction", "log_growth", "flow_faithful", "steps")),
+    "toksel-evaluate": ("toksel: claims per dataset", "evaluate", ("model.d", "one_step.eta0"),
+                        ("claims_held", "claims_total")),
+    "toksel-training": ("toksel: training arms and their trials", "train", ("arm", "seed", "labels", "train.lr"),
+                        ("lr", "test_accuracy", "best_val_loss", "best_epoch", "stopped_epoch", "budget_bound")),
+}
+
+
+def _column(kind: str, name: str) -> str:
+    return f"{kind}.`{name}`"
+
+
+def _view(name: str, stage: str, columns: list[str]) -> str:
+    state = {"searchFilter": f"tags.stage = '{stage}'", "orderByKey": "attributes.start_time", "orderByAsc": False,
+             "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
+             "selectedColumns": [_column("tags", "dataset"), *columns], "runsHiddenMode": "SHOW_ALL"}
+    now = int(time.time() * 1000)
+    return json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)})
+
+
+def differing(runs: list[Any]) -> list[str]:
+    """The params whose values are not the same on every run, in their order (a run lacking one counts)."""
+    keys = list(dict.fromkeys(key for run in runs for key in run.data.params))
+    return [key for key in keys if len({run.data.params.get(key) for run in runs}) > 1]
+
+
+def save_views(client: Any, experiment_id: str, compared: list[str]) -> None:
+    """A view per kind of run, and one of the pipelines' parents with the values `compared` (those that differ among
+    them) and the verdict counts."""
+    views = {PIPELINES_VIEW: _view("toksel: pipelines, what differs and the verdicts", "pipeline",
+                                       [*(_column("params", key) for key in compared),
+                                        *(_column("metrics", name) for name in VERDICTS)])}
+    for key, (name, stage, shown, numbers) in KINDS.items():
+        views[key] = _view(name, stage, [*(_column("params", key) for key in shown),
+                                         *(_column("metrics", number) for number in numbers)])
+    for key, value in views.items():
+        client.set_experiment_tag(experiment_id, TAG_PREFIX + key, value)
