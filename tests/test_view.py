@@ -247,6 +247,8 @@ def test_each_kind_of_run_has_a_saved_view_and_the_pipelines_view_shows_what_dif
     pipelines = _saved_view(client, "toksel-pipelines")
     assert pipelines["searchFilter"] == "tags.stage = 'pipeline'"
     assert [column for column in pipelines["selectedColumns"] if column.startswith("params")] == []  # no git: no change
+    old = client.create_run(client.get_experiment_by_name("toksel").experiment_id, tags={"stage": "pipeline"})
+    client.log_param(old.info.run_id, "train.lr", "0.5")  # a parent of an older publisher: its changed values only
     _with_profile(project, "other")  # a second pipeline run: the value that differs becomes a column
     assert publish.main([]) == 0
     columns = _saved_view(client, "toksel-pipelines")["selectedColumns"]

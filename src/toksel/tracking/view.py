@@ -172,8 +172,9 @@ class Publisher:
         if specs:
             with store_lock(self.uri):
                 self._rebuild(specs)
-                parents = self._runs("stage", "pipeline")
-                # what tells the pipelines apart: the values that differ among them, or this one's changed values
+                # what tells the pipelines apart: the values that differ among them (those that carry every value,
+                # with CHANGED_TAG; an older parent carries only its changed ones), or this one's changed values
+                parents = [run for run in self._runs("stage", "pipeline") if CHANGED_TAG in run.data.tags]
                 parent = specs[0].record
                 changed = [key for key in parent["tags"][CHANGED_TAG].split(", ") if key in parent["params"]]
                 save_views(self.client, self.experiment_id, differing(parents) if len(parents) > 1 else changed)
