@@ -244,6 +244,7 @@ def test_each_kind_of_run_has_a_saved_view_and_the_pipelines_view_shows_what_dif
     assert flows["searchFilter"] == "tags.stage = 'gradient_flow'"
     shown = set(flows["selectedColumns"])
     assert {"params.`one_step.eta0`", "params.`model.d`", "metrics.`selection_fraction`"} <= shown
+    assert flows["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "toksel.pipeline_key"}]  # listed flat
     pipelines = _saved_view(client, "toksel-pipelines")
     assert pipelines["searchFilter"] == "tags.stage = 'pipeline'"
     assert [column for column in pipelines["selectedColumns"] if column.startswith("params")] == []  # no git: no change

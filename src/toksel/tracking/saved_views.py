@@ -33,10 +33,15 @@ def _column(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
-def _view(name: str, stage: str, columns: list[str]) -> str:
+def _view(name: str, stage: str, columns: list[str], grouped_by: str | None = None) -> str:
+    """A view of the runs of `stage`; `grouped_by`, a tag: its runs in a group per value, listed flat (else the
+    table shows them folded under their parents)."""
     state = {"searchFilter": f"tags.stage = '{stage}'", "orderByKey": "attributes.start_time", "orderByAsc": False,
              "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
              "selectedColumns": [_column("tags", "dataset"), *columns], "runsHiddenMode": "SHOW_ALL"}
+    if grouped_by:
+        state["groupBy"] = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": grouped_by}]}
+        state["groupsExpanded"] = {}
     now = int(time.time() * 1000)
     return json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)})
 
@@ -47,14 +52,14 @@ def differing(runs: list[Any]) -> list[str]:
     return [key for key in keys if len({run.data.params.get(key) for run in runs}) > 1]
 
 
-def save_views(client: Any, experiment_id: str, compared: list[str]) -> None:
-    """A view per kind of run, and one of the pipelines' parents with the values `compared` (those that differ among
-    them) and the verdict counts."""
+def save_views(client: Any, experiment_id: str, compared: list[str], pipeline_tag: str) -> None:
+    """A view per kind of run, its runs grouped by their pipeline run (`pipeline_tag`), and one of the pipelines'
+    parents with the values `compared` (those that differ among them) and the verdict counts."""
     views = {PIPELINES_VIEW: _view("toksel: pipelines, what differs and the verdicts", "pipeline",
                                        [*(_column("params", key) for key in compared),
                                         *(_column("metrics", name) for name in VERDICTS)])}
     for key, (name, stage, shown, numbers) in KINDS.items():
         views[key] = _view(name, stage, [*(_column("params", key) for key in shown),
-                                         *(_column("metrics", number) for number in numbers)])
+                                         *(_column("metrics", number) for number in numbers)], pipeline_tag)
     for key, value in views.items():
         client.set_experiment_tag(experiment_id, TAG_PREFIX + key, value)

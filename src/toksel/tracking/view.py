@@ -177,7 +177,8 @@ class Publisher:
                 parents = [run for run in self._runs("stage", "pipeline") if CHANGED_TAG in run.data.tags]
                 parent = specs[0].record
                 changed = [key for key in parent["tags"][CHANGED_TAG].split(", ") if key in parent["params"]]
-                save_views(self.client, self.experiment_id, differing(parents) if len(parents) > 1 else changed)
+                save_views(self.client, self.experiment_id, differing(parents) if len(parents) > 1 else changed,
+                           PIPELINE_KEY_TAG)
         return self.published
 
     def _rebuild(self, specs: list[Spec]) -> None:
