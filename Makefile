@@ -17,6 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m tools.plots_diff --fetch
 	@touch $(STAMP)
 
 # REPRO_FLAGS: e.g. --pull --allow-missing, to take what a DVC remote already holds instead of recomputing it.

@@ -67,3 +67,21 @@ def test_the_changed_plots_are_drawn_on_a_page_that_needs_no_network(dvc_project
     if any(shutil.which(name) for name in BROWSERS):  # drawn: Vega's canvases, from the scripts in the page alone
         drawn = headless(find_chromium(), "--dump-dom", (dvc_project / "dvc_plots" / "index.html").as_uri()).stdout
         assert drawn.count('class="marks"') >= 2
+    # A bare `dvc plots show` with the project's page (.dvc/config) loads the same scripts from .dvc/tmp/vega/.
+    dvc(dvc_project, "config", "plots.html_template", "plots/page.html")
+    shutil.rmtree(dvc_project / "dvc_plots")
+    dvc(dvc_project, "plots", "show")
+    shown = (dvc_project / "dvc_plots" / "index.html").read_text()
+    assert '<script src="../.dvc/tmp/vega/vega-5.20.2.min.js">' in shown
+    if any(shutil.which(name) for name in BROWSERS):
+        drawn = headless(find_chromium(), "--dump-dom", (dvc_project / "dvc_plots" / "index.html").as_uri()).stdout
+        assert drawn.count('class="marks"') >= 2
+
+
+def test_the_projects_page_loads_the_scripts_plots_diff_fetches():
+    assert (ROOT / ".dvc" / "config").read_text().count("html_template = plots/page.html") == 1
+    page = (ROOT / ".dvc" / "plots" / "page.html").read_text()
+    for name, (version, _, _) in SCRIPTS.items():
+        assert f'<script src="../.dvc/tmp/vega/{name}-{version}.min.js"></script>' in page
+        assert f'"{name}@{version}"' in page  # the CDN's, where they are not fetched
+    assert "{plot_divs}" in page

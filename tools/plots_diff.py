@@ -1,5 +1,6 @@
 """`dvc plots diff` with the plots that changed, offline: `python -m tools.plots_diff [REV ...]` (make plots-diff;
-no revision: the workspace against HEAD; two: one against the other).
+no revision: the workspace against HEAD; two: one against the other). `--fetch`: the Vega scripts alone, which
+the project's page for a bare `dvc plots show` or `diff` (.dvc/plots/page.html) loads from .dvc/tmp/vega/.
 
 It asks DVC for the revisions' plots (`dvc plots diff --json`), keeps those whose data differ between them (an
 image's bytes, a Vega plot's points, a plot one revision lacks), lists the others by name, and renders the changed
@@ -81,6 +82,13 @@ def changed(listing: dict[str, list[dict[str, Any]]], revisions: list[str]) -> l
 
 def main(argv: list[str] | None = None) -> int:
     revisions = (sys.argv[1:] if argv is None else list(argv)) or ["HEAD"]
+    if revisions == ["--fetch"]:  # the scripts alone (make install), for .dvc/plots/page.html
+        try:
+            page()
+        except OSError as error:
+            print(f"plots_diff: the Vega scripts could not be fetched ({error}): DVC's pages load them from its CDN",
+                  file=sys.stderr)
+        return 0
     shown = ["workspace", *revisions] if len(revisions) == 1 else revisions  # DVC's own reading of its revisions
     with tempfile.TemporaryDirectory() as scratch:
         done = subprocess.run([*DVC, "plots", "diff", "--json", "-o", scratch, *revisions], capture_output=True,
