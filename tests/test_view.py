@@ -257,21 +257,22 @@ def test_each_kind_of_run_has_a_saved_view_and_the_pipelines_view_shows_what_dif
     assert "metrics.`claims_held`" in columns
 
 
-def test_a_parent_whose_numbers_change_is_made_anew_and_keeps_its_runs(project):
-    _records(project)
+def _report(held: float) -> None:
+    """runs/report.json: a report run that counts `held` claims held."""
     with outputs_together():
         report = RunRecord("report", {"stage": "report"})
         with report.run():
-            report.log_metrics({"claims_held": 5.0})
+            report.log_metrics({"claims_held": held})
         write_records(Path("runs") / "report.json", [report], {"params_yaml": ""})
+
+
+def test_a_parent_whose_numbers_change_is_made_anew_and_keeps_its_runs(project):
+    _records(project)
+    _report(5.0)
     assert publish.main([]) == 0
     client, runs = _store(project)
     before = {run.info.run_name: run.info.run_id for run in runs}
-    with outputs_together():  # the report again, with another count
-        report = RunRecord("report", {"stage": "report"})
-        with report.run():
-            report.log_metrics({"claims_held": 6.0})
-        write_records(Path("runs") / "report.json", [report], {"params_yaml": ""})
+    _report(6.0)  # the report again, with another count
     assert publish.main([]) == 0
     client, runs = _store(project)
     parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toksel.runtime.errors import ToksError
-from toksel.runtime.records import flatten
+from toksel.runtime.records import differing, flatten
 
 KEY_WIDTH, VALUE_WIDTH = 36, 23  # three runs in 105 columns
 
@@ -58,10 +58,8 @@ def narrowed(shown: Sequence[Mapping[str, Any]]) -> list[str]:
     compared = experiments if len(experiments) >= 2 else list(found)
     if len(compared) < 2:
         return [f"nothing to compare: {len(compared)} run shown (dvc exp run makes experiments)"]
-    keys = dict.fromkeys(key for name in compared for key in found[name])
-    differing = [key for key in keys if len({json.dumps(found[name].get(key), sort_keys=True, default=str)
-                                              for name in compared}) > 1]
-    if not differing:
+    moved = differing([found[name] for name in compared])
+    if not moved:
         return [f"{', '.join(compared)}: every parameter and metric the same"]
 
     def cell(value: Any, width: int, keep_end: bool = False) -> str:
@@ -73,7 +71,7 @@ def narrowed(shown: Sequence[Mapping[str, Any]]) -> list[str]:
 
     lines = [cell("", KEY_WIDTH) + "".join(cell(name, VALUE_WIDTH) for name in compared)]
     lines += [cell(key, KEY_WIDTH, keep_end=True) + "".join(cell(found[name].get(key), VALUE_WIDTH)
-                                                             for name in compared) for key in differing]
+                                                             for name in compared) for key in moved]
     return [line.rstrip() for line in lines]
 
 

@@ -36,8 +36,9 @@ class FlowWatch:
                         bar_format="{desc}: |{bar}| {percentage:3.0f}% of log t{postfix} [{elapsed}]")
 
     def __call__(self, t: float, step: float, steps: int) -> None:
-        self.bar.set_postfix_str(f"t = {t:.3g} of {self.horizon:.3g}", refresh=False)
-        self.bar.update(100 * math.log1p(t) / math.log1p(self.horizon) - self.bar.n)
+        if not self.bar.disable:  # called at every step: nothing formatted where no bar is drawn
+            self.bar.set_postfix_str(f"t = {t:.3g} of {self.horizon:.3g}", refresh=False)
+            self.bar.update(100 * math.log1p(t) / math.log1p(self.horizon) - self.bar.n)
         elapsed = time.monotonic() - self.started
         if self.estimated or elapsed < ESTIMATE_AFTER:
             return

@@ -11,6 +11,7 @@ from the results that later stages read, so a rerun that computes the same numbe
 from __future__ import annotations
 
 import functools
+import json
 import os
 import resource
 import subprocess
@@ -77,6 +78,13 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def differing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The keys whose values are not the same in every row, in the order they first appear (a row lacking one
+    counts as differing)."""
+    keys = dict.fromkeys(key for row in rows for key in row)
+    return [key for key in keys if len({json.dumps(row.get(key), sort_keys=True, default=str) for row in rows}) > 1]
 
 
 class RunRecord:

@@ -46,12 +46,6 @@ def _view(name: str, stage: str, columns: list[str], grouped_by: str | None = No
     return json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)})
 
 
-def differing(runs: list[Any]) -> list[str]:
-    """The params whose values are not the same on every run, in their order (a run lacking one counts)."""
-    keys = list(dict.fromkeys(key for run in runs for key in run.data.params))
-    return [key for key in keys if len({run.data.params.get(key) for run in runs}) > 1]
-
-
 def save_views(client: Any, experiment_id: str, compared: list[str], pipeline_tag: str) -> None:
     """A view per kind of run, its runs grouped by their pipeline run (`pipeline_tag`), and one of the pipelines'
     parents with the values `compared` (those that differ among them) and the verdict counts."""

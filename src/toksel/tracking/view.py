@@ -28,8 +28,8 @@ from toksel.runtime.config import params_values
 from toksel.runtime.errors import ToksError
 from toksel.runtime.experiment import open_experiment, store_lock
 from toksel.runtime.io import file_sha256, read_json
-from toksel.runtime.records import flatten
-from toksel.tracking.saved_views import differing, save_views
+from toksel.runtime.records import differing, flatten
+from toksel.tracking.saved_views import save_views
 
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
 PIPELINE_KEY_TAG = "toksel.pipeline_key"
@@ -177,7 +177,8 @@ class Publisher:
                 parents = [run for run in self._runs("stage", "pipeline") if CHANGED_TAG in run.data.tags]
                 parent = specs[0].record
                 changed = [key for key in parent["tags"][CHANGED_TAG].split(", ") if key in parent["params"]]
-                save_views(self.client, self.experiment_id, differing(parents) if len(parents) > 1 else changed,
+                compared = differing([run.data.params for run in parents]) if len(parents) > 1 else changed
+                save_views(self.client, self.experiment_id, compared,
                            PIPELINE_KEY_TAG)
         return self.published
 
