@@ -7,18 +7,25 @@ initialisation drawn from the run's seed. The run and its control on shuffled la
 training/protocol.py at train.lr. dvc.yaml runs every variant on each dataset of ablation.datasets
 (ablation@<dataset>-<variant>), every seed of base.seeds in one process, into
 results/ablation/<dataset>/<variant>/seed<seed>/; their metrics gathered in results/ablation/<dataset>/<variant>.json.
+
+Stage `pair` is the same training (pipelines/pair.py) on the pair datasets (pair.dataset and pair.control, each
+variant of pair.variants), into results/pair/; there each run also records its accuracy on the test sequences
+that carry a pair (`pair_accuracy`), which the pair claims read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 
 import torch
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
+from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
+from toksel.data.synthetic import pair_rows, vocabulary
 from toksel.data.token_table import read_token_table
 from toksel.models.initial import initialise
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
@@ -30,14 +37,23 @@ from toksel.runtime.records import RunRecord
 from toksel.training.fit import FitPlan, checkpoint_dir, fit_key, parameter_dtype
 from toksel.training.protocol import Protocol, train_with_control
 from toksel.training.record import TokenReading, record_fit
-from toksel.training.sequence_classifier import SequenceModule
+from toksel.training.sequence_classifier import SequenceModule, accuracy_on
 from toksel.training.sequence_data import SequenceDataModule
 
-SECTIONS = STAGE_SECTIONS["ablation"]
 SCORE_LABELS = {"two_layer_kq": "$p^T W_{KQ}^{(2)} E_s$"}  # the rebuttal's plotted score with a trained W_KQ^(2)
 
 
-def ablation(config: Config, run: RunRecord) -> None:
+def pair_accuracy(config: Config, module: SequenceModule) -> dict[str, float]:
+    """On a pair dataset: the accuracy on the test sequences that carry a pair, and how many there are."""
+    synthetic = config.data.synthetic
+    vocab = vocabulary(synthetic.mode, synthetic.n_positive, synthetic.n_negative, synthetic.n_irrelevant)
+    test = PackedSplit.load(data_dir(config.dataset, config.seed) / "test.npz")
+    rows = pair_rows(test, vocab)
+    return {"pair_accuracy": accuracy_on(module, test, rows, config.sequence.profile.max_len),
+            "pair_test_rows": float(len(rows))}
+
+
+def ablation(config: Config, run: RunRecord, stage: str = "ablation") -> None:
     settings, training, dataset, seed = config.sequence, config.train, config.dataset, config.seed
     scale, variant = settings.profile, f"{dataset}/{settings.variant}"
     run.set_tag("variant", settings.variant)
@@ -57,26 +73,29 @@ def ablation(config: Config, run: RunRecord) -> None:
                                   label_seed=(config.base.data_seed, seed) if shuffled else None)
 
     rows = data(False)
-    fingerprint = fit_key({**config.sections(SECTIONS), "seed": seed}, folder / "train.npz")
+    fingerprint = fit_key({**config.sections(STAGE_SECTIONS[stage]), "seed": seed}, folder / "train.npz")
     reading = TokenReading(tokens, curve_settings(config.train), rows.trained_tokens())
-    plan = FitPlan(training, checkpoint_dir("ablation", variant) / f"seed{seed}", fingerprint, run, seed,
+    plan = FitPlan(training, checkpoint_dir(stage, variant) / f"seed{seed}", fingerprint, run, seed,
                    show_progress())
-    trained = train_with_control(Protocol(model, data, plan, reading), [training.lr])
+    # The pair claims' controls are other runs (the control dataset, the one-layer model): no shuffled-label fit.
+    trained = train_with_control(Protocol(model, data, plan, reading), [training.lr], control=stage != "pair")
     size = {"d": float(scale.d), "train_rows": float(len(rows.rows("train")[1])),
             "test_rows": float(len(rows.rows("test")[1])), "padding_fraction": rows.training_batches_padding()}
-    record_fit(run, seed_dir(results_dir("ablation", variant), seed),
+    if stage == "pair":
+        size |= pair_accuracy(config, trained.module)
+    record_fit(run, seed_dir(results_dir(stage, variant), seed),
                dataclasses.replace(trained, metrics={**trained.metrics, **size}), reading,
                f"{dataset}, {settings.variant} (d {scale.d}, first {scale.max_len or 'all'} tokens), seed {seed}: "
                "after training",
-               {"stage": "ablation", "model": settings.variant, "dataset": dataset, "seed": seed, "lr": training.lr,
+               {"stage": stage, "model": settings.variant, "dataset": dataset, "seed": seed, "lr": training.lr,
                 "d": scale.d, "num_classes": tokens.num_classes},
                score_label=SCORE_LABELS.get(settings.variant, "$E_s^T p$"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_stage("ablation", SECTIONS, ablation, argv, every_seed=lambda config: results_dir(
-        "ablation", f"{config.dataset}/{config.sequence.variant}"), seeds=lambda config: config.training_seeds,
-        variant=lambda config: config.sequence.variant)
+def main(argv: list[str] | None = None, stage: str = "ablation") -> int:
+    return run_stage(stage, STAGE_SECTIONS[stage], functools.partial(ablation, stage=stage), argv,
+                     every_seed=lambda config: results_dir(stage, f"{config.dataset}/{config.sequence.variant}"),
+                     seeds=lambda config: config.training_seeds, variant=lambda config: config.sequence.variant)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ dataset its claims are judged on and in that dataset's regime: the holding rate 
 at the null, the effect where the power reaches 0.8. The one step's families run on each dataset's own data, d and
 eta0; the flow's on fresh draws of each synthetic dataset's generator with its own flow settings (on real data the
 growth of |p_t| has no known answer to plant); the training families on each dataset's own token statistics and
-the seed-to-seed spread of its runs. Writes results/calibration/: calibration.json, metrics.json and rates.png (the
+the seed-to-seed spread of its runs; the pair claims' on the pair dataset's generator and the spread of the pair
+stage's runs (calibration/pair.py). Writes results/calibration/: calibration.json, metrics.json and rates.png (the
 curves); the report renders calibration.json as its table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import sys
@@ -28,15 +30,18 @@ from toksel.calibration.families import (
     REFERENCE_FIDELITY,
     Answers,
     Family,
+    PlantedAccuracies,
     PlantedAnswers,
     flow_answers,
+    pair_step_answers,
     row,
     step_answers,
     uncalibrated_rows,
 )
+from toksel.calibration.pair import PairRegime
 from toksel.calibration.theory import FlowRegime, StepRegime
 from toksel.claims.catalogue import BY_ID, in_scope
-from toksel.claims.measurements import dataset_runs
+from toksel.claims.measurements import dataset_runs, pair_runs
 from toksel.data.draws import MANIFEST, data_dir
 from toksel.data.token_table import read_token_table
 from toksel.figures.plots import calibration_figure, save_figure
@@ -69,6 +74,18 @@ def accuracy_spread(dataset: str, config: Config) -> float | None:
     if any(len(values) < 2 for values in arms):
         return None
     return statistics.fmean(statistics.variance(values) for values in arms) ** 0.5
+
+
+def pair_spread(own: Config) -> tuple[int, float] | None:
+    """The number of test pair sequences and the seed-to-seed standard deviation of the accuracy on them, pooled
+    over the pair dataset's models (pair.variants); None before the pair stage has run."""
+    runs = pair_runs(own)
+    values = [[seed[variant]["pair_accuracy"] for seed in runs.values() if "pair_accuracy" in seed.get(variant, {})]
+              for variant in own.pair.variants]
+    if any(len(found) < 2 for found in values):
+        return None
+    rows = next(seed[own.pair.variants[0]]["pair_test_rows"] for seed in runs.values() if own.pair.variants[0] in seed)
+    return int(rows), statistics.fmean(statistics.variance(found) for found in values) ** 0.5
 
 
 def trained_fidelity(dataset: str, config: Config) -> tuple[float, float]:
@@ -110,7 +127,7 @@ class Sources:
     def for_family(self, family: Family, dataset: str) -> tuple[Answers | object | None, str]:
         """The answers the family reads on `dataset`, or None with the reason there are none."""
         own = self.datasets[dataset]
-        kind = family.source if family.source in ("one_step", "flow") else "planted"
+        kind = family.source if family.source in ("one_step", "flow", "pair_step", "pair_accuracy") else "planted"
         if family.source == "flow" and own.data.source != "synthetic":
             return None, NO_GROWTH_ANSWER
         if family.source == "flow" and dataset not in self.config.calibration.flow_datasets:
@@ -120,18 +137,27 @@ class Sources:
             return None, f"its data are not prepared: run prepare@{dataset}"
         if kind == "planted" and family.source == "accuracy" and accuracy_spread(dataset, self.config) is None:
             return None, f"the train stage has not run on {dataset}"
+        if kind == "pair_accuracy" and pair_spread(own) is None:
+            return None, f"the pair stage has not run on {dataset}"
         if kind == "planted":  # drawn by planted_rows, a process a dataset
             return PLANTED, ""
         if (kind, dataset) not in self._made:
             self._made[kind, dataset] = self._make(kind, dataset, own)
         return self._made[kind, dataset], ""
 
-    def _make(self, kind: str, dataset: str, own: Config) -> Answers:
+    def _make(self, kind: str, dataset: str, own: Config) -> Answers | PlantedAccuracies:
         config = self.config
         if kind == "one_step":
             folders = tuple(str(data_dir(dataset, seed)) for seed in config.base.seeds)
             return step_answers(StepRegime(folders, own.model.d, own.one_step.eta0, salt(dataset)), config,
                                 self.progress)
+        if kind.startswith("pair"):
+            regime = PairRegime(own.data.synthetic, own.model.d, own.one_step.eta0, len(own.training_seeds),
+                                salt(dataset))
+            if kind == "pair_step":
+                return pair_step_answers(regime, config, self.progress)
+            rows, spread = pair_spread(own)
+            return PlantedAccuracies(dataclasses.replace(regime, test_rows=rows, spread=spread), config)
         regime = FlowRegime(own.data.synthetic, own.model.d, own.one_step.eta0, own.gradient_flow,
                             len(own.flow_seeds), salt(dataset))
         return flow_answers(regime, config, self.progress)

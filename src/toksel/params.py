@@ -41,15 +41,21 @@ class BaseConfig:
 
 @dataclass
 class SyntheticConfig:
-    mode: Literal["assumption1", "independent"] = Field(
-        description="assumption1: one relevant token per sequence; independent: i.i.d. positions")
+    mode: Literal["assumption1", "independent", "pair", "pair_first_order"] = Field(
+        description="assumption1: one relevant token per sequence; independent: i.i.d. positions; pair: a share of "
+                    "the sequences carries a sentiment token that a negator flips; pair_first_order: the same, the "
+                    "negator flipping nothing (data/synthetic.py)")
     n_positive: int = Field(ge=1, description="size of the positive token set")
     n_negative: int = Field(ge=1, description="size of the negative token set")
     n_irrelevant: int = Field(ge=1, description="size of the irrelevant token set")
     seq_len: int = Field(ge=2, description="T, tokens per sequence")
-    n_train: int = Field(ge=2, description="training sequences (even in assumption1 mode: built in +/- pairs)")
+    n_train: int = Field(ge=2, description="training sequences (even but in independent mode: built in +/- pairs)")
     n_test: int = Field(ge=2, description="test sequences")
     delta: float = Field(ge=0.0, le=1.0, description="independent mode: probability of an irrelevant token")
+    pair_share: float = Field(ge=0.0, le=1.0,
+        description="the pair modes: the share of the sequences that carry the pair (in quadruples)")
+    label_noise: float = Field(ge=0.0, lt=0.5,
+        description="the pair modes: each label of the sequences without the pair flipped with this probability")
 
 
 # A file dataset's files lie in this folder of the project, which check_params and prepare depend on in dvc.yaml:
@@ -241,6 +247,22 @@ class PhaseConfig:
 
 
 @dataclass
+class PairConfig:
+    dataset: str = Field(description="the synthetic dataset in pair mode whose claims are judged (a negator flips a "
+                                     "sentiment token)")
+    control: str = Field(description="the same generator in pair_first_order mode: every pair claim's control")
+    variants: List[str] = Field(  # noqa: UP006
+        description=f"the models with positions dvc.yaml trains on both ({', '.join(SEQUENCE_VARIANTS)}): one_layer "
+                    "and a model that mixes tokens (mlp)")
+    max_alignment: float = Field(gt=0.0,
+        description="the pair tokens' one-step update along v, over that of the first-order tokens' tenth "
+                    "percentile of |alpha_s|, at most")
+    past_cap: float = Field(gt=0.0, le=1.0,
+        description="a model reads the pair when its accuracy on the pair sequences is at least this (the one-layer "
+                    "model's cap is 3/4)")
+
+
+@dataclass
 class DSweepConfig:
     datasets: List[str] = Field(  # noqa: UP006
         description="dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained arms "
@@ -327,6 +349,7 @@ class Config:
     evaluate: EvaluateConfig
     calibration: CalibrationConfig
     d_sweep: DSweepConfig
+    pair: PairConfig
     compute: ComputeConfig
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any]  # noqa: UP006
@@ -397,8 +420,9 @@ def _rules(config: Config) -> None:
     _require(data.source != "synthetic" or synthetic is not None,
              "data.synthetic is missing: a synthetic dataset gives its generator's mode and sizes there")
     if data.source == "synthetic":
-        _require(synthetic.mode != "assumption1" or not (synthetic.n_train % 2 or synthetic.n_test % 2),
-                 "data.synthetic.n_train and n_test must be even in assumption1 mode (sequences come in +/- pairs)")
+        _require(synthetic.mode == "independent" or not (synthetic.n_train % 2 or synthetic.n_test % 2),
+                 f"data.synthetic.n_train and n_test must be even in {synthetic.mode} mode (sequences come in +/- "
+                 "pairs)")
     _require(data.labels is None or (len(data.labels) == data.num_classes and _distinct(data.labels)),
              f"data.labels = {data.labels} must list data.num_classes = {data.num_classes} distinct source labels")
     seeds = config.base.seeds
@@ -425,11 +449,19 @@ def _rules(config: Config) -> None:
     if config.datasets:  # a dataset entry's own config is read without the others
         named = [("train.datasets", train.datasets), ("ablation.datasets", config.ablation.datasets),
                  ("ablation.multiclass", [config.ablation.multiclass]), ("d_sweep.datasets", sweep.datasets),
-                 ("phase.dataset", [phase.dataset])]
+                 ("phase.dataset", [phase.dataset]), ("pair.dataset", [config.pair.dataset]),
+                 ("pair.control", [config.pair.control])]
         for key, names in named:
             for name in names:
                 _require(name in config.datasets, f"{key} names {name!r}, which `datasets` does not define "
                                                   f"({', '.join(config.datasets)})")
+        for key, mode in (("dataset", "pair"), ("control", "pair_first_order")):
+            name = getattr(config.pair, key)
+            found = config.datasets[name].get("data", {}).get("synthetic", {}).get("mode")
+            _require(found == mode, f"pair.{key} names {name!r}, whose data.synthetic.mode is {found!r}: it must be "
+                                    f"a synthetic dataset in {mode} mode")
+    _require(bool(config.pair.variants) and set(config.pair.variants) <= set(SEQUENCE_VARIANTS),
+             f"pair.variants = {config.pair.variants} must name some of {', '.join(SEQUENCE_VARIANTS)}")
     _require(train.devices * train.num_nodes == 1 or train.strategy == "ddp",
              f"train.devices = {train.devices} x train.num_nodes = {train.num_nodes} processes need train.strategy=ddp")
     _require(data.source != "hub" or bool(data.hub_id), "data.hub_id is empty: a hub dataset needs its Hub id")

@@ -33,6 +33,7 @@ from toksel.calibration.operating import (
     power_crossing,
     rate_at,
 )
+from toksel.calibration.pair import PairRegime, pair_step_unit, planted_accuracies
 from toksel.calibration.theory import FlowRegime, StepRegime, flow_unit, step_unit
 from toksel.claims.catalogue import BY_ID, Claim, config_value
 from toksel.claims.measurements import curve_settings
@@ -76,6 +77,17 @@ CURVES = ("the dataset's tokens redrawn per seed (their training and held-out co
           "planted model that follows the statistic it learnt from its training draw with a correlation (the ladder)")
 
 
+PAIR_STEP = ("fresh draws of the pair dataset's generator with some quadruples labelled the first-order way (good "
+             "and bad then carry alpha_s), the one step at its d and eta0; the rung is the alignment that planted "
+             "signal gives good and bad, met to within one quadruple (calibration/pair.py)")
+PAIR_PLANTED = ("planted models: each seed's accuracy on the pair dataset's test pair sequences drawn around the rung "
+                "with the seed-to-seed spread of the pair stage's runs, counted over those sequences")
+# The claims hold at the low end of these (the ladders run down, as the penalties do): about each threshold, from
+# the claim's own case past the case it must not pass.
+PAIR_ALIGNMENTS = (2.0, 1.5, 1.0, 0.75, 0.5, 0.25, 0.0)
+PAIR_ACCURACIES = (0.5, 0.75, 0.8, 0.85, 0.875, 0.9, 0.95, 1.0)  # chance, the cap, about 0.875, reading the pair
+
+
 def _spread(vector: str, size: float) -> tuple[Family, Family]:
     ladder = (1.0, 1.5, 2.0, size / 2, size, 2 * size)
     answers = ("two planted arms on one draw of the dataset's tokens, the first as close to what it learnt as the real "
@@ -115,6 +127,15 @@ FAMILIES: tuple[Family, ...] = (
     Family("accuracy_gap_size", "accuracy_gap_size", "gap", "as accuracy_gap; its null: half the paper's gap",
            "accuracy", (PAPER_GAP / 4, PAPER_GAP / 2, 0.17, PAPER_GAP, 0.35, 2 * PAPER_GAP), "gap", PAPER_GAP,
            PAPER_GAP / 2),
+    # Ours, on the pair dataset: its own case (0), and a pair as strong as the weakest tenth of the first-order
+    # tokens (1), which the check must not call blind.
+    Family("pair_alignment", "pair_step_blind", "pair_alignment", PAIR_STEP, "pair_step", PAIR_ALIGNMENTS,
+           "planted alignment of good and bad (the statistic's unit)", 0.0, 1.0, paper=False),
+    # The one-layer model at its cap (3/4) must read as capped; a model that reads the pair (1) must not.
+    Family("pair_cap", "pair_one_layer_capped", "pair_accuracy", PAIR_PLANTED, "pair_accuracy",
+           PAIR_ACCURACIES[::-1], "accuracy on the pair sequences", 0.75, 1.0, paper=False),
+    Family("pair_past_cap", "pair_mlp_past_cap", "pair_accuracy", PAIR_PLANTED, "pair_accuracy", PAIR_ACCURACIES,
+           "accuracy on the pair sequences", 1.0, 0.75, paper=False),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 # The families whose verdicts read a method's own interval, not a spread over seeds: shown as uncalibrated.
@@ -142,7 +163,7 @@ class Answers:
 
     def for_family(self, family: Family) -> DrawMany:
         def unit(effect: float, replicate: int) -> Unit:
-            if family.source == "one_step":
+            if family.source in ("one_step", "pair_step"):
                 return effect, replicate
             return (1.0, effect, replicate) if family.name == "growth" else (effect, 0.0, replicate)
 
@@ -184,6 +205,22 @@ def step_answers(regime: StepRegime, config: Config, progress: Callable[[], None
 
 def flow_answers(regime: FlowRegime, config: Config, progress: Callable[[], None]) -> Answers:
     return Answers(functools.partial(flow_unit, regime), config, progress)
+
+
+def pair_step_answers(regime: PairRegime, config: Config, progress: Callable[[], None]) -> Answers:
+    return Answers(functools.partial(pair_step_unit, regime), config, progress)
+
+
+class PlantedAccuracies:
+    """The pair accuracies' known answers: cheap draws, made in this process; the same normal draws at every rung of
+    a replicate (common random numbers)."""
+
+    def __init__(self, regime: PairRegime, config: Config) -> None:
+        self.regime, self.seed = regime, config.calibration.seed
+
+    def for_family(self, family: Family) -> DrawMany:
+        return loop(lambda accuracy, replicate: planted_accuracies(
+            self.regime, accuracy, np.random.default_rng((self.seed, self.regime.salt, replicate))))
 
 
 DRAWS_KEPT = 256  # draws of a dataset's token table kept for the rungs still to read them (a few MB each)

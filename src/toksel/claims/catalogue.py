@@ -70,7 +70,7 @@ def _number(value: Any) -> float | None:
 # Where a statistic is computed: the stage that writes the runs its judge reads (evaluate reads two stages' runs:
 # the one step's and the flow's), and the function that computes the metric (tests/test_verdict.py checks each).
 COMPUTING_STAGE = {"compare": "train", "ablation_report": "ablation", "phase_diagram": "phase_diagram",
-                   "step": "one_step", "flow": "gradient_flow"}
+                   "step": "one_step", "flow": "gradient_flow", "pair_report": "pair"}
 COMPUTED_BY = {
     **dict.fromkeys(("pearson_r", "slope_rel_error"), "theory.one_step.alignment_metrics"),
     "log_growth": "theory.convergence.log_growth",
@@ -82,6 +82,8 @@ COMPUTED_BY = {
                      "v_rise_negative_corrected"), "theory.token_curves.token_curves"),
     **dict.fromkeys(("low_edge_factor", "high_edge_factor", "one_step_error_slope_deviation"),
                     "pipelines.phase_diagram.seed_values"),
+    "pair_alignment": "theory.one_step.pair_alignment",
+    "pair_accuracy": "pipelines.ablation.pair_accuracy",
 }
 
 
@@ -148,7 +150,8 @@ class Claim:
     def computed_by(self) -> tuple[str, str]:
         """The stage that computes its statistic, and the function that does (its dotted name under toksel, or a
         pipeline's): where a report row leads in the code."""
-        judge = self.statistic.runs[0] if self.producer == "evaluate" else self.producer
+        reads_step = self.producer == "evaluate" or self.statistic.runs == ("step",)
+        judge = self.statistic.runs[0] if reads_step else self.producer
         return COMPUTING_STAGE[judge], COMPUTED_BY[self.statistic.metric]
 
     def control_value(self, runs: Mapping[str, Mapping[str, Any]]) -> float | None:
@@ -164,6 +167,7 @@ SCOPES = {
     "multiclass": "ablation.multiclass",
     "ablation": "ablation.datasets",
     "phase": "phase.dataset (the eta0 x d grid)",
+    "pair": "pair.dataset (a negator flips a sentiment token)",
 }
 CORRECTED = ("noise-corrected: over the same correlation of the training split's own statistic with the held-out "
              "one, about 1 for a score that follows the training statistic")
@@ -235,6 +239,34 @@ EDGE = "the geometric middle of the grid's bracket; each seed its own grid and m
 LEMMA41_BUG = "alpha_s taken from the labels the step used (a shuffle that reached the token statistics)"
 FLOW_BUG = "the control's flow started from the E1 of the true step (a stale embeddings file)"
 
+PAIR_CONTROL = "the same generator with the pair made first-order (not flips nothing: pair.control)"
+PAIR_BUG = "the control's data drawn in the pair mode too (its mode ignored), or the runs of one dataset read twice"
+PAIR_SETTINGS = ("pair.dataset", "pair.control")
+PAIR_CLAIMS: tuple[Claim, ...] = (
+    # Beyond the paper: a label carried by a pair of tokens, which first-order statistics cannot see.
+    Claim("pair_step_blind", "Ours", "one step on E leaves the pair's tokens (not, good, bad: alpha_s = 0) "
+          "unaligned with v", "pair", "Lemma 4.1 with alpha_s = 0: an update along v of 0 up to O(1/sqrt(d))",
+          Statistic(("step",), "pair_alignment"),
+          "the largest |update along v| of not, good and bad, over eta0/2 times the first-order tokens' tenth "
+          "percentile of |alpha_s| (1: as much as the weakest tenth of them)", "<=", "pair.max_alignment",
+          PAIR_CONTROL + ", where good and bad carry alpha_s", Statistic(("step_control",), "pair_alignment"),
+          producer="pair_report", family="pair_alignment", origin="ours", bug=PAIR_BUG,
+          settings=("one_step.eta0", *PAIR_SETTINGS)),
+    Claim("pair_one_layer_capped", "Ours", "the one-layer model cannot read the pair: it does not get past the "
+          "cap of 3/4 on the pair sequences", "pair", "at most 3 of each quadruple: 3/4 (derived)",
+          Statistic(("one_layer",), "pair_accuracy"),
+          "test accuracy on the sequences that carry the pair, the one-layer model trained end to end", "<=",
+          "pair.past_cap", PAIR_CONTROL + ", which the one-layer model can fit",
+          Statistic(("one_layer_control",), "pair_accuracy"), producer="pair_report", family="pair_cap",
+          origin="ours", bug=PAIR_BUG, settings=("train.lr", "train.max_epochs", *PAIR_SETTINGS)),
+    Claim("pair_mlp_past_cap", "Ours", "a model that mixes its tokens non-linearly (the MLP head) reads the pair: "
+          "past the cap", "pair", "above 3/4", Statistic(("mlp",), "pair_accuracy"),
+          "test accuracy on the sequences that carry the pair, the MLP-head model trained end to end", ">=",
+          "pair.past_cap", "the one-layer model on the same data, which cannot",
+          Statistic(("one_layer",), "pair_accuracy"), producer="pair_report", family="pair_past_cap", origin="ours",
+          bug="the one-layer model given the MLP's non-linearity (a head left on)",
+          settings=("train.lr", "train.max_epochs", *PAIR_SETTINGS)),
+)
 CLAIMS: tuple[Claim, ...] = (
     # The theory, on every dataset: the one step and gradient flow on p.
     Claim("lemma41_linear", "Lemma 4.1", "one step on E moves E_s^T v in proportion to alpha_s", "every",
@@ -334,6 +366,7 @@ CLAIMS: tuple[Claim, ...] = (
           "report.max_slope_deviation", "the same fit to the update along v, which does not fall with d",
           producer="phase_diagram", family="error_slope", origin="ours",
           bug="the fit's two sides swapped: the update along v divided by the orthogonal one"),
+    *PAIR_CLAIMS,
 )
 BY_ID = {claim.id: claim for claim in CLAIMS}
 
@@ -437,6 +470,7 @@ def in_scope(claim: Claim, dataset: str, data: Any, config: Any) -> bool:
         "multiclass": real and dataset == config.ablation.multiclass and data.num_classes > 2,
         "ablation": dataset in config.ablation.datasets,
         "phase": dataset == config.phase.dataset,
+        "pair": dataset == config.pair.dataset,
     }[claim.scope]
 
 

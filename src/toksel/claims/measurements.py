@@ -171,12 +171,29 @@ def ablation_runs(dataset: str, config: Config) -> Runs:
             | {"one_layer_trained": one_layer[seed]} for seed in seeds}
 
 
+def pair_runs(config: Config) -> Runs:
+    """seed -> the one step ("step") and each model of pair.variants ("mlp") on pair.dataset, and the same on
+    pair.control suffixed "_control" ("step_control", "one_layer_control"), over base.seeds (a seed the pair stage
+    did not train reads as missing)."""
+    seeds = config.base.seeds
+    runs: Runs = {seed: {} for seed in seeds}
+    for dataset, suffix in ((config.pair.dataset, ""), (config.pair.control, "_control")):
+        folders = [("step", results_dir("one_step", dataset))]
+        folders += [(variant, results_dir("pair", f"{dataset}/{variant}")) for variant in config.pair.variants]
+        for name, folder in folders:
+            for seed, metrics in seed_metrics(folder, seeds).items():
+                runs[seed][name + suffix] = metrics
+    return runs
+
+
 def claim_runs(producer: str, dataset: str, config: Config, protocol: str = "") -> Runs:
     """The runs a stage's claims read on `dataset`, under a protocol of the training claims ("": their own)."""
     if producer == "evaluate":
         return dataset_runs(dataset, config)
     if producer == "ablation_report":
         return ablation_runs(dataset, config)
+    if producer == "pair_report":
+        return pair_runs(config)
     if producer == "compare":
         return grid_runs(dataset, config, protocol) if protocol else dataset_runs(dataset, config, arms=True)
     return {}

@@ -20,14 +20,12 @@ from toksel.data.frequency import (
     token_types,
 )
 from toksel.data.sources import balanced_subsample, load_text_splits
-from toksel.data.synthetic import SyntheticVocabulary, generate
+from toksel.data.synthetic import generate, vocabulary
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
 from toksel.params import DataConfig, SyntheticConfig
 from toksel.runtime.errors import ToksError
-
-GROUP_PREFIX = {1: "pos", -1: "neg", 0: "irr"}  # synthetic tokens read as pos3, neg12, irr57
 
 
 @dataclass(frozen=True)
@@ -38,21 +36,26 @@ class PreparedDataset:
 
 
 def prepare_synthetic(settings: SyntheticConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
-    vocab = SyntheticVocabulary(settings.n_positive, settings.n_negative, settings.n_irrelevant)
+    vocab = vocabulary(settings.mode, settings.n_positive, settings.n_negative, settings.n_irrelevant)
     rng = np.random.default_rng(seed)
-    splits = {name: generate(settings.mode, vocab, n, settings.seq_len, settings.delta, rng)
+    splits = {name: generate(settings.mode, vocab, n, settings.seq_len, settings.delta, rng, settings.pair_share,
+                             settings.label_noise)
               for name, n in (("train", settings.n_train), ("test", settings.n_test))}
     statistics = token_statistics(splits["train"])
-    groups = vocab.groups()
-    words = [f"{GROUP_PREFIX[group]}{i}" for i, group in enumerate(groups)]
-    table = token_table(splits["train"], splits["test"], 2, words, special=np.zeros(vocab.size, dtype=bool),
+    groups = vocab.groups(settings.mode)
+    table = token_table(splits["train"], splits["test"], 2, vocab.words(), special=np.zeros(vocab.size, dtype=bool),
                         important=groups != 0)
     irrelevant = groups == 0
-    return PreparedDataset(splits, table, {
+    metrics = {
         "max_abs_alpha_irrelevant": float(np.abs(statistics.alpha[irrelevant]).max()),
         "mean_abs_alpha_relevant": float(np.abs(statistics.alpha[~irrelevant]).mean()),
         "assumption1_fraction": assumption1_fraction(splits["train"], statistics),
-    })
+    }
+    if vocab.pair:  # the negator's alpha against the first-order tokens' (their tenth percentile of |alpha|)
+        first_order = np.concatenate([vocab.positive, vocab.negative])
+        metrics |= {"alpha_negator": float(statistics.alpha[vocab.pair_tokens[0]]),
+                    "first_order_abs_alpha_p10": float(np.quantile(np.abs(statistics.alpha[first_order]), 0.1))}
+    return PreparedDataset(splits, table, metrics)
 
 
 def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) -> PreparedDataset:

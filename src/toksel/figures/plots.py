@@ -317,3 +317,36 @@ def d_sweep_figure(sweep: pd.DataFrame, dataset: str) -> plt.Figure:
     axis.legend(fontsize=8)
     figure.tight_layout()
     return figure
+
+
+def pair_figure(steps: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], accuracy: pd.DataFrame, cap: float,
+                past_cap: float) -> plt.Figure:
+    """Left: the one step's update along v against alpha_s on each pair dataset (its pair tokens marked). Right:
+    each model's accuracy on the pair sequences per seed, with the one-layer cap and the threshold past it."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = ("#2166ac", "#b2182b")
+    for (name, (alpha, update, pair)), colour in reversed(list(zip(steps.items(), colours, strict=False))):
+        left.scatter(alpha, update, s=8, alpha=0.4, color=colour, label=f"{name}: every token")
+        left.scatter(alpha[pair], update[pair], s=60, marker="*", color=colour, edgecolor="k",
+                     label=f"{name}: not, good, bad")
+    left.set_xlabel(r"average signed frequency $\alpha_s$")
+    left.set_ylabel(r"$(E^1_s - E^0_s)^T v$")
+    left.set_title("one step: the pair's tokens stay at 0 where the pair flips the label", fontsize=9)
+    left.legend(fontsize=7)
+    left.grid(alpha=0.3)
+    runs = list(dict.fromkeys(zip(accuracy["dataset"], accuracy["model"], strict=True)))
+    for position, (dataset, model) in enumerate(runs):
+        values = accuracy[(accuracy["dataset"] == dataset) & (accuracy["model"] == model)]["pair_accuracy"]
+        right.plot(np.full(len(values), position) + np.linspace(-0.1, 0.1, len(values)), values, "o", ms=5,
+                   color=colours[dataset != runs[0][0]])
+    right.axhline(cap, color="k", ls="--", lw=1, label=f"one-layer cap {cap:g}")
+    right.axhline(past_cap, color="#4d9221", ls=":", lw=1, label=f"past the cap: {past_cap:g}")
+    right.set_xticks(range(len(runs)), [f"{model}\n{'pair' if dataset == runs[0][0] else 'control'} data"
+                                        for dataset, model in runs], fontsize=8)
+    right.set_ylabel("test accuracy on the pair sequences (a dot per seed)")
+    right.set_ylim(0.4, 1.03)
+    right.set_title("which model reads the pair", fontsize=9)
+    right.legend(fontsize=7)
+    right.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure

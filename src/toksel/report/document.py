@@ -54,6 +54,7 @@ SECTIONS = {  # heading: the scopes it shows
     "Full training on real data": ("binary_real", "multiclass"),
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
+    "Beyond the paper: a label carried by a pair of tokens": ("pair",),
 }
 PROTOCOLS = (TUNED, MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)

@@ -85,6 +85,16 @@ def lemma41_statistics(along: np.ndarray, alpha: np.ndarray, slope_theory: float
             "slope_rel_error": max(item["slope_rel_error"] for item in per_class)}
 
 
+def pair_alignment(along_v: np.ndarray, alpha: np.ndarray, pair: np.ndarray, first_order: np.ndarray,
+                   slope_theory: float) -> dict[str, float]:
+    """How far one step moved the pair's tokens (`pair`: not, good, bad) along v, in units of what Lemma 4.1 gives
+    the weakest tenth of the first-order tokens (slope_theory times their tenth percentile of |alpha_s|): their
+    largest |update| (pair_alignment) and the negator's signed one (negator_alignment)."""
+    unit = slope_theory * float(np.quantile(np.abs(alpha[first_order]), 0.1))
+    relative = along_v[pair] / unit
+    return {"pair_alignment": float(np.abs(relative).max()), "negator_alignment": float(relative[0])}
+
+
 def theory_slope(eta0: float, num_classes: int) -> float:
     """The slope of the update along v (v_k) in alpha_s (alpha_s^(k)): eta0/2 for two classes, eta0 for K."""
     return eta0 / 2 if num_classes == 2 else eta0

@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from toksel.data.corpus import PackedSplit
 from toksel.models.sequence import SequenceClassifier
-from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy
+from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy, predicted_labels
+from toksel.training.sequence_data import padded_batch
 
 
 class SequenceModule(ClassifierModule):
@@ -40,3 +42,12 @@ class SequenceModule(ClassifierModule):
 
     def embeddings(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.model.E, self.model.p, self.model.v
+
+
+def accuracy_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None) -> float:
+    """The module's accuracy on some rows of a split (each cut to max_len, as it was trained)."""
+    batch = padded_batch(split, rows, max_len)
+    device = next(module.parameters()).device
+    with torch.no_grad():
+        logits = module.logits({name: tensor.to(device) for name, tensor in batch.items()})
+    return float((predicted_labels(logits).cpu() == batch["labels"]).float().mean())
