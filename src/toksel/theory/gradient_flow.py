@@ -33,6 +33,7 @@ from toksel.models.fused import FusedBags
 from toksel.models.threads import pass_threads
 from toksel.runtime.errors import ToksError
 from toksel.theory.flow_field import FlowField
+from toksel.theory.mirror_step import MirrorStep
 from toksel.theory.stiff_flow import FrozenRosenbrockStep, RosenbrockStep
 
 # gradient steps with Heun's error estimate; ROS2 with a dense Gauss-Newton W kept over many steps, or with W the
@@ -64,6 +65,7 @@ class Trajectory:
     products: int = 0  # Hessian-vector products (implicit-krylov: each about one evaluation's cost)
     rebuilds: tuple[int, ...] = ()  # implicit: the kept steps at whose start its W was built (`halved` follows them)
     tolerance: float | None = None  # the controller's tolerance (None: a replay, which has no controller)
+    potential: float = 2.0  # q of the l_q potential the flow's steps mirror through (2: gradient flow)
 
     @property
     def p_norm(self) -> np.ndarray:
@@ -100,7 +102,13 @@ class GradientStep:
 
 
 def _stepper(method: str, E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty: float,
-             rebuilds: tuple[int, ...] | None = None, tolerance: float | None = None) -> Stepper:
+             rebuilds: tuple[int, ...] | None = None, tolerance: float | None = None,
+             potential: float = 2.0) -> Stepper:
+    if potential != 2.0:
+        if method != "explicit":
+            raise ToksError(f"gradient flow: the l_q potential (q = {potential:g}) takes explicit steps only, not "
+                            f"{method!r}")
+        return MirrorStep(FlowField(E, v, bags, penalty), potential)
     if method == "explicit":
         return GradientStep(FlowField(E, v, bags, penalty))
     if method == "implicit":
@@ -114,22 +122,25 @@ def _stepper(method: str, E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty
 class Integration:
     """How a flow is followed: up to flow time `horizon`, each step's local error at most `tolerance` relative to
     max(|p|, 1), by `method`: "explicit", gradient steps; "implicit", the linearly implicit ROS2 of
-    theory/stiff_flow.py, whose steps are not bound by the stability limit of gradient descent (stiff flows)."""
+    theory/stiff_flow.py, whose steps are not bound by the stability limit of gradient descent (stiff flows).
+    `potential` q other than 2: the mirror flow of the l_q potential (theory/mirror_step.py), explicit steps."""
 
     horizon: float
     tolerance: float
     method: str = "explicit"
+    potential: float = 2.0
 
 
 def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, integration: Integration,
                       penalty: float = 0.0, observe: Observer | None = None) -> Trajectory:
     """The flow from p0 with E and v frozen, followed as `integration` says; penalty: the flow of
     L + penalty/2 |p|^2, a loss with a finite minimiser; `observe` follows its progress (a bar, an estimate)."""
-    stepper = _stepper(integration.method, E, v, bags, penalty)
+    stepper = _stepper(integration.method, E, v, bags, penalty, potential=integration.potential)
     with pass_threads(len(bags.tokens), E.size), _blas_threads(integration.method):
         run = _integrate(stepper, p0.astype(np.float64, copy=True), record_times(integration.horizon),
                          integration.tolerance, observe)
-    return replace(_counted(run, integration.method, stepper), tolerance=integration.tolerance)
+    return replace(_counted(run, integration.method, stepper), tolerance=integration.tolerance,
+                   potential=integration.potential)
 
 
 def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: Trajectory, horizon: float,
@@ -137,11 +148,11 @@ def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: T
     """`run` again with every one of its steps split into two of half the length, by the same method: the same
     flow times, twice the steps. Where the steps follow the flow, the two agree to the discretisation's error."""
     stepper = _stepper(run.method, E, v, bags, penalty, rebuilds=tuple(2 * step for step in run.rebuilds),
-                       tolerance=run.tolerance)
+                       tolerance=run.tolerance, potential=run.potential)
     halves = np.repeat(run.step_sizes / 2, 2)
     with pass_threads(len(bags.tokens), E.size), _blas_threads(run.method):
         replay = _replay(stepper, p0.astype(np.float64, copy=True), record_times(horizon), halves)
-    return _counted(replay, run.method, stepper)
+    return replace(_counted(replay, run.method, stepper), potential=run.potential)
 
 
 def _blas_threads(method: str) -> contextlib.AbstractContextManager:

@@ -81,3 +81,18 @@ def normalized_margin(p: np.ndarray, differences: np.ndarray) -> float:
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def solve_lq_max_margin(differences: np.ndarray, q: float) -> MaxMarginSolution:
+    """The l_q hard-margin direction, argmin |p|_q s.t. differences @ p >= 1, by cvxpy's CLARABEL (a conic
+    interior-point solver: |p|_q as power cones); for q = 2 the least-distance solve above is exact and faster.
+    Unlike the l_2 minimiser it need not lie in the span of the embeddings, so it is solved in all d coordinates."""
+    import cvxpy as cp  # here: a second to import, and only this solve needs it
+
+    if len(differences) == 0:
+        return MaxMarginSolution("no constraints", None, differences)
+    p = cp.Variable(differences.shape[1])
+    problem = cp.Problem(cp.Minimize(cp.pnorm(p, q)), [differences @ p >= 1])
+    problem.solve(solver=cp.CLARABEL)
+    solved = problem.status == "optimal" and p.value is not None
+    return MaxMarginSolution(problem.status, np.asarray(p.value) if solved else None, differences)
