@@ -107,7 +107,8 @@ def dvc(project: Path, *args: str) -> str:
 
 def short_stage(name: str) -> str:
     """A stage name without the dataset, the seed or the grid cell: prepare, ..., train, phase, ..."""
-    name = re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic-?", "-", name))  # the dataset; a phase row's d
+    name = re.sub(r"@[\d.-]+$", "", re.sub(r"@synthetic(_pair(_first_order)?)?-?", "-", name))  # the dataset; a
+    # phase row's d
     return re.sub(r"-\d+$", "", name).rstrip("-")  # the seed
 
 
@@ -145,8 +146,11 @@ def with_values(params, assignments: list[str]):
     return params
 
 
+PAIR_DATASETS = ("synthetic_pair", "synthetic_pair_first_order")  # pair.dataset and pair.control: dvc.yaml runs both
+
+
 def tiny_dvc_project(folder: Path) -> Path:
-    """A copy of the project (code, dvc.yaml, a tiny params.yaml with the synthetic dataset alone) in `folder`, a
+    """A copy of the project (code, dvc.yaml, a tiny params.yaml with the synthetic datasets alone) in `folder`, a
     fresh git repository with DVC initialised, for `dvc repro` through the real DAG."""
     from omegaconf import OmegaConf
 
@@ -161,7 +165,10 @@ def tiny_dvc_project(folder: Path) -> Path:
                      "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.max_replicates=4",
                      "calibration.max_costly_replicates=2"]
     params = OmegaConf.load(ROOT / "params.yaml")
-    params.datasets = {"synthetic": params.datasets.synthetic}  # the real datasets have tests of their own
+    # The real datasets have tests of their own; the pair experiment's two synthetic datasets are part of the DAG.
+    params.datasets = {name: params.datasets[name] for name in ("synthetic", *PAIR_DATASETS)}
+    for name in PAIR_DATASETS:
+        params.datasets[name].train = {}  # the tiny training below, not their own rate and seeds
     params = with_values(params, [*TINY, *tiny_training])
     OmegaConf.save(params, folder / "params.yaml")
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)

@@ -48,11 +48,13 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     assert first.index("ablation_report") > max(first.index(name) for name in [*ablations, "train"])
     assert first[-2:] == ["report", "publish"] and first.index("phase_diagram") > first.index("phase")
     theory = ["phase", "phase_diagram", "report"]
-    assert sorted(first) == sorted(["check_params", "prepare", "one_step", "gradient_flow", *training, "evaluate",
-                                    "compare", *ablations, "ablation_report", "calibrate", *theory, "publish"])
+    per_dataset = ["prepare", "one_step", "gradient_flow", "evaluate"] * 3  # synthetic and the two pair datasets
+    pair = ["pair-one_layer", "pair-mlp"] * 2 + ["pair_report"]
+    assert sorted(first) == sorted(["check_params", *per_dataset, *training, "compare", *ablations, "ablation_report",
+                                    "calibrate", *pair, *theory, "publish"])
     assert first.index("calibrate") < first.index("report")
-    every_stage = sorted(["evaluate", "compare", "gradient_flow", "one_step", "prepare", "train", "d_sweep", "ablation",
-                          "ablation_report", "calibrate", *theory])
+    every_stage = sorted([*per_dataset, "compare", "train", "d_sweep", "ablation", "ablation_report", "calibrate",
+                          "pair", "pair", "pair", "pair", "pair_report", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
     assert "2-layer + W_KQ: p^T W_KQ^(2) E_s | synthetic two_layer_kq |" in summary
@@ -129,11 +131,13 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
 
     patience = params.train.patience  # a training parameter: the training runs, what reads them, the report
     assert stale_after(lambda p: setattr(p.train, "patience", 5)) == sorted(
-        ["check_params", *training, *ablations, "ablation_report", "compare", "calibrate", "report", "publish"])
+        ["check_params", *training, *ablations, "ablation_report", "compare", *pair, "calibrate", "report",
+         "publish"])
     params.train.patience = patience
-    # A sequence-model parameter: the ablations and their report, the report and publish.
+    # A sequence-model parameter: the ablations and the pair's models (models with positions), what reads them (the
+    # calibration reads the pair runs' spread), the report and publish.
     assert stale_after(lambda p: setattr(p.sequence, "bucketed", False)) == sorted(
-        ["check_params", *ablations, "ablation_report", "report", "publish"])
+        ["check_params", *ablations, "ablation_report", *pair, "calibrate", "report", "publish"])
     params.sequence.bucketed = True
     OmegaConf.save(params, dvc_project / "params.yaml")
     assert stale(dvc_project) == []
