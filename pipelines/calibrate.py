@@ -33,11 +33,13 @@ from toksel.calibration.families import (
     PlantedAccuracies,
     PlantedAnswers,
     flow_answers,
+    margin_answers,
     pair_step_answers,
     row,
     step_answers,
     uncalibrated_rows,
 )
+from toksel.calibration.margins import MarginRegime
 from toksel.calibration.pair import PairRegime
 from toksel.calibration.theory import FlowRegime, StepRegime
 from toksel.claims.catalogue import BY_ID, in_scope
@@ -127,10 +129,11 @@ class Sources:
     def for_family(self, family: Family, dataset: str) -> tuple[Answers | object | None, str]:
         """The answers the family reads on `dataset`, or None with the reason there are none."""
         own = self.datasets[dataset]
-        kind = family.source if family.source in ("one_step", "flow", "pair_step", "pair_accuracy") else "planted"
+        kind = family.source if family.source in ("one_step", "flow", "pair_step", "pair_accuracy", "margins") else \
+            "planted"
         if family.source == "flow" and own.data.source != "synthetic":
             return None, NO_GROWTH_ANSWER
-        if family.source == "flow" and dataset not in self.config.calibration.flow_datasets:
+        if family.flows and dataset not in self.config.calibration.flow_datasets:
             return None, ("its flows are not calibrated here (calibration.flow_datasets): each takes seconds, and "
                           "the thousands a rate needs would not fit the pipeline's time")
         if kind != "flow" and not (processed_dir(dataset) / MANIFEST).exists():
@@ -151,6 +154,11 @@ class Sources:
             folders = tuple(str(data_dir(dataset, seed)) for seed in config.base.seeds)
             return step_answers(StepRegime(folders, own.model.d, own.one_step.eta0, salt(dataset)), config,
                                 self.progress)
+        if kind == "margins":
+            settings = config.margins
+            return margin_answers(MarginRegime(own.data.synthetic, own.model.d, own.one_step.eta0,
+                                               tuple(settings.potentials), settings.horizon, settings.tolerance,
+                                               len(config.base.seeds), salt(dataset)), config, self.progress)
         if kind.startswith("pair"):
             regime = PairRegime(own.data.synthetic, own.model.d, own.one_step.eta0, len(own.training_seeds),
                                 salt(dataset))

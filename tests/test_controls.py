@@ -26,7 +26,7 @@ from pipelines import (
     train,
 )
 from tests.helpers import PAIR_DATASETS, ROOT, TINY, dataset_entry, throwaway_project, with_values
-from toksel.claims.catalogue import BY_ID, PAIR_CLAIMS, assess, measure
+from toksel.claims.catalogue import BY_ID, MARGIN_CLAIMS, PAIR_CLAIMS, assess, measure
 from toksel.data.corpus import PackedSplit
 from toksel.report.document import read_measurements
 from toksel.runtime.config import load_config
@@ -117,9 +117,10 @@ def test_every_claim_is_measured_with_a_control_whose_statistic_spreads_over_the
     assessed = _assessed(controlled)
     # Every claim is measured here, on every dataset in its scope (graded: the text claims; the synthetic ones:
     # the theory).
-    # graded has two classes; the pair claims' stages are not run here (tests/test_pair.py runs them)
+    # graded has two classes; the pair and margin claims' stages are not run here (tests/test_pair.py and
+    # tests/test_margins.py run them)
     assert {claim for claim, _ in assessed} == set(BY_ID) - {"multiclass_v_increasing"} - {
-        claim.id for claim in PAIR_CLAIMS}
+        claim.id for claim in (*PAIR_CLAIMS, *MARGIN_CLAIMS)}
     constant = {key: item.measurement.control for key, item in assessed.items()
                 if item.control_interval.n > 1 and item.control_interval.std == 0}
     assert not constant  # a control fixed by construction tests nothing

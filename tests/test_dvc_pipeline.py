@@ -51,10 +51,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     per_dataset = ["prepare", "one_step", "gradient_flow", "evaluate"] * 3  # synthetic and the two pair datasets
     pair = ["pair-one_layer", "pair-mlp"] * 2 + ["pair_report"]
     assert sorted(first) == sorted(["check_params", *per_dataset, *training, "compare", *ablations, "ablation_report",
-                                    "calibrate", *pair, *theory, "publish"])
+                                    "calibrate", *pair, "margins", *theory, "publish"])
     assert first.index("calibrate") < first.index("report")
     every_stage = sorted([*per_dataset, "compare", "train", "d_sweep", "ablation", "ablation_report", "calibrate",
-                          "pair", "pair", "pair", "pair", "pair_report", *theory])
+                          "pair", "pair", "pair", "pair", "pair_report", "margins", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
     assert "2-layer + W_KQ: p^T W_KQ^(2) E_s | synthetic two_layer_kq |" in summary

@@ -48,7 +48,7 @@ def test_each_flow_converges_to_its_own_norms_margin():
     the hard-margin direction of its own norm than to either other's, and its run with every step halved agrees."""
     E1, p0, v, bags, differences, pairs = _problem()
     solutions = {2.0: solve_max_margin(E1, pairs).direction,
-                 **{q: solve_lq_max_margin(differences, q).direction for q in (1.5, 4.0)}}
+                 **{q: solve_lq_max_margin(E1, pairs, q).direction for q in (1.5, 4.0)}}
     assert max(cosine(solutions[2.0], solutions[q]) for q in (1.5, 4.0)) < 0.98  # the norms pick different ones
     for q in solutions:
         run = run_gradient_flow(E1, p0, v, bags, Integration(1e8, 1e-3, potential=q))
@@ -63,7 +63,7 @@ def test_each_flow_converges_to_its_own_norms_margin():
 def test_the_lq_solver_agrees_with_the_least_distance_solve_at_q_2():
     E1, _, _, _, differences, pairs = _problem()
     exact = solve_max_margin(E1, pairs).direction
-    conic = solve_lq_max_margin(differences, 2.0)
+    conic = solve_lq_max_margin(E1, pairs, 2.0)
     assert conic.status == "optimal" and cosine(conic.direction, exact) > 1 - 1e-6
     assert (differences @ conic.direction).min() == pytest.approx(1.0, abs=1e-6)
 

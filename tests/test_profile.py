@@ -23,7 +23,7 @@ def test_the_quick_profile_becomes_one_setting_per_value_that_dvc_applies():
 def test_without_real_data_the_synthetic_stages_run(monkeypatch):
     targets = synthetic_targets(read_profile("quick"))
     assert targets == ["evaluate@synthetic", "evaluate@synthetic_independent", "evaluate@synthetic_pair",
-                       "evaluate@synthetic_pair_first_order", "phase_diagram", "pair_report"]
+                       "evaluate@synthetic_pair_first_order", "phase_diagram", "pair_report", "margins"]
 
 
 def test_a_profile_is_checked_against_the_schema_before_dvc_starts(tmp_path, monkeypatch, capsys):

@@ -67,10 +67,10 @@ def read_profile(name: str, params: Path = Path("params.yaml")) -> dict[str, Any
 
 def synthetic_targets(profile: dict[str, Any], params: Path = Path("params.yaml")) -> list[str]:
     """The stages that need no real data: each synthetic dataset's evaluate (and what it reads), the phase diagram and
-    the pair claims (whose datasets are synthetic)."""
+    the pair and margin claims (whose datasets are synthetic)."""
     synthetic = [name for name in _load(profile, params).datasets
                  if _load(profile, params, (f"dataset={name}",)).data.source == "synthetic"]
-    return [*(f"evaluate@{name}" for name in synthetic), "phase_diagram", "pair_report"]
+    return [*(f"evaluate@{name}" for name in synthetic), "phase_diagram", "pair_report", "margins"]
 
 
 def real_data() -> str | None:

@@ -263,6 +263,23 @@ class PairConfig:
 
 
 @dataclass
+class MarginsConfig:
+    dataset: str = Field(description="the Assumption-1 synthetic dataset whose one step the optimisers start from")
+    potentials: List[float] = Field(  # noqa: UP006
+        description="q of the l_q mirror flows run beside gradient flow (q = 2), each > 1 and not 2: each judged "
+                    "against its own norm's hard-margin direction")
+    horizon: float = Field(gt=0.0, description="the flow time every optimiser's flow is followed to")
+    tolerance: float = Field(gt=0.0, description="each flow step's local error, relative to max(|p|, 1)")
+    discrete_steps: int = Field(ge=1, description="steps of sign descent and Adam on p (exploratory rows)")
+    discrete_lr: float = Field(gt=0.0, description="the learning rate of sign descent and Adam on p")
+    min_preference: float = Field(
+        description="an optimiser picks its own norm's margin when its cosine to that solution exceeds its cosine "
+                    "to any other norm's by more than this")
+    min_cosine: float = Field(gt=0.0, le=1.0,
+        description="an optimiser has converged when its cosine to its own norm's solution is at least this")
+
+
+@dataclass
 class DSweepConfig:
     datasets: List[str] = Field(  # noqa: UP006
         description="dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained arms "
@@ -350,6 +367,7 @@ class Config:
     calibration: CalibrationConfig
     d_sweep: DSweepConfig
     pair: PairConfig
+    margins: MarginsConfig
     compute: ComputeConfig
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any]  # noqa: UP006
@@ -450,7 +468,7 @@ def _rules(config: Config) -> None:
         named = [("train.datasets", train.datasets), ("ablation.datasets", config.ablation.datasets),
                  ("ablation.multiclass", [config.ablation.multiclass]), ("d_sweep.datasets", sweep.datasets),
                  ("phase.dataset", [phase.dataset]), ("pair.dataset", [config.pair.dataset]),
-                 ("pair.control", [config.pair.control])]
+                 ("pair.control", [config.pair.control]), ("margins.dataset", [config.margins.dataset])]
         for key, names in named:
             for name in names:
                 _require(name in config.datasets, f"{key} names {name!r}, which `datasets` does not define "
@@ -460,6 +478,14 @@ def _rules(config: Config) -> None:
             found = config.datasets[name].get("data", {}).get("synthetic", {}).get("mode")
             _require(found == mode, f"pair.{key} names {name!r}, whose data.synthetic.mode is {found!r}: it must be "
                                     f"a synthetic dataset in {mode} mode")
+        name = config.margins.dataset
+        found = config.datasets[name].get("data", {}).get("synthetic", {}).get("mode")
+        _require(found == "assumption1", f"margins.dataset names {name!r}, whose data.synthetic.mode is {found!r}: "
+                                         "it must be a synthetic dataset in assumption1 mode")
+    potentials = config.margins.potentials
+    _require(bool(potentials) and all(q > 1 and q != 2 for q in potentials) and _distinct(potentials),
+             f"margins.potentials = {potentials} must be distinct numbers above 1 other than 2 (gradient flow runs "
+             "beside them)")
     _require(bool(config.pair.variants) and set(config.pair.variants) <= set(SEQUENCE_VARIANTS),
              f"pair.variants = {config.pair.variants} must name some of {', '.join(SEQUENCE_VARIANTS)}")
     _require(train.devices * train.num_nodes == 1 or train.strategy == "ddp",

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from toksel.calibration.curves import TokenPopulation, accuracy_gaps, curve_statistics, spread_statistics
+from toksel.calibration.margins import MarginRegime, margin_unit
 from toksel.calibration.operating import (
     POWER,
     DrawMany,
@@ -66,7 +67,7 @@ class Family:
 
     @property
     def flows(self) -> bool:
-        return self.source == "flow"
+        return self.source in ("flow", "margins")
 
 
 STEP = ("the one step on the dataset's own training split (each seed's draw), its labels keeping a share of their "
@@ -84,6 +85,12 @@ PAIR_PLANTED = ("planted models: each seed's accuracy on the pair dataset's test
                 "with the seed-to-seed spread of the pair stage's runs, counted over those sequences")
 # The claims hold at the low end of these (the ladders run down, as the penalties do): about each threshold, from
 # the claim's own case past the case it must not pass.
+MARGIN_ANSWERS = ("fresh draws of margins.dataset's generator at its d and eta0, the one step, then the stage's "
+                  "flows and solutions; each mirror optimiser's end planted a share of the way from gradient flow's "
+                  "end to its own flow's (calibration/margins.py)")
+# The blind optimiser (0), a quarter and three quarters of the way, the mirror flow itself (1): rungs off the
+# midpoint, where the mix sits about as near one norm's solution as the other's and a rate would take 95 replicates.
+MARGIN_SHARES = (0.0, 0.25, 0.75, 1.0)
 PAIR_ALIGNMENTS = (2.0, 1.5, 1.0, 0.75, 0.5, 0.25, 0.0)
 PAIR_ACCURACIES = (0.5, 0.75, 0.8, 0.85, 0.875, 0.9, 0.95, 1.0)  # chance, the cap, about 0.875, reading the pair
 
@@ -136,6 +143,12 @@ FAMILIES: tuple[Family, ...] = (
            PAIR_ACCURACIES[::-1], "accuracy on the pair sequences", 0.75, 1.0, paper=False),
     Family("pair_past_cap", "pair_mlp_past_cap", "pair_accuracy", PAIR_PLANTED, "pair_accuracy", PAIR_ACCURACIES,
            "accuracy on the pair sequences", 1.0, 0.75, paper=False),
+    # Ours, on margins.dataset: the mirror flows themselves (1) must read as picking their own norms' margins and
+    # as converged; an optimiser blind to the geometry (0) must not.
+    Family("margin_preference", "margin_own_norm", "own_preference", MARGIN_ANSWERS, "margins", MARGIN_SHARES,
+           "share of the way from gradient flow's end to the mirror flow's", 1.0, 0.0, paper=False),
+    Family("margin_convergence", "margin_converged", "own_cosine", MARGIN_ANSWERS, "margins", MARGIN_SHARES,
+           "share of the way from gradient flow's end to the mirror flow's", 1.0, 0.0, paper=False),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 # The families whose verdicts read a method's own interval, not a spread over seeds: shown as uncalibrated.
@@ -163,7 +176,7 @@ class Answers:
 
     def for_family(self, family: Family) -> DrawMany:
         def unit(effect: float, replicate: int) -> Unit:
-            if family.source in ("one_step", "pair_step"):
+            if family.source in ("one_step", "pair_step", "margins"):
                 return effect, replicate
             return (1.0, effect, replicate) if family.name == "growth" else (effect, 0.0, replicate)
 
@@ -205,6 +218,10 @@ def step_answers(regime: StepRegime, config: Config, progress: Callable[[], None
 
 def flow_answers(regime: FlowRegime, config: Config, progress: Callable[[], None]) -> Answers:
     return Answers(functools.partial(flow_unit, regime), config, progress)
+
+
+def margin_answers(regime: MarginRegime, config: Config, progress: Callable[[], None]) -> Answers:
+    return Answers(functools.partial(margin_unit, regime), config, progress)
 
 
 def pair_step_answers(regime: PairRegime, config: Config, progress: Callable[[], None]) -> Answers:

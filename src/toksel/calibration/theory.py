@@ -95,7 +95,7 @@ class FlowRegime:
     salt: int
 
 
-def _training_draw(synthetic: SyntheticConfig, draw: tuple[int, ...]) -> tuple[PackedSplit, np.ndarray]:
+def training_draw(synthetic: SyntheticConfig, draw: tuple[int, ...]) -> tuple[PackedSplit, np.ndarray]:
     """A fresh training split of the generator (the same draw prepare makes for seed `draw`: the train split is
     its first) and which tokens are important, without the test split and token table the flows do not read;
     the last few are kept, so that a replicate's rungs share theirs."""
@@ -122,7 +122,7 @@ def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate:
     flow = regime.flow
     for seed in range(regime.seeds):
         draw = (regime.salt, replicate, seed)
-        train, important = _training_draw(regime.synthetic, draw)
+        train, important = training_draw(regime.synthetic, draw)
         init = initialise(train.vocab_size, regime.d, seed_of(*draw))
         E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
         E1 = embedding_update(E0, p0, v, FusedBags.from_split(train.with_signal(share, draw)), regime.eta0

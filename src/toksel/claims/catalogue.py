@@ -70,7 +70,7 @@ def _number(value: Any) -> float | None:
 # Where a statistic is computed: the stage that writes the runs its judge reads (evaluate reads two stages' runs:
 # the one step's and the flow's), and the function that computes the metric (tests/test_verdict.py checks each).
 COMPUTING_STAGE = {"compare": "train", "ablation_report": "ablation", "phase_diagram": "phase_diagram",
-                   "step": "one_step", "flow": "gradient_flow", "pair_report": "pair"}
+                   "step": "one_step", "flow": "gradient_flow", "pair_report": "pair", "margins": "margins"}
 COMPUTED_BY = {
     **dict.fromkeys(("pearson_r", "slope_rel_error"), "theory.one_step.alignment_metrics"),
     "log_growth": "theory.convergence.log_growth",
@@ -84,6 +84,7 @@ COMPUTED_BY = {
                     "pipelines.phase_diagram.seed_values"),
     "pair_alignment": "theory.one_step.pair_alignment",
     "pair_accuracy": "pipelines.ablation.pair_accuracy",
+    **dict.fromkeys(("own_preference", "own_cosine"), "theory.margins.margin_metrics"),
 }
 
 
@@ -168,6 +169,7 @@ SCOPES = {
     "ablation": "ablation.datasets",
     "phase": "phase.dataset (the eta0 x d grid)",
     "pair": "pair.dataset (a negator flips a sentiment token)",
+    "margins": "margins.dataset (Assumption-1 data; p by each optimiser, E frozen after the step)",
 }
 CORRECTED = ("noise-corrected: over the same correlation of the training split's own statistic with the held-out "
              "one, about 1 for a score that follows the training statistic")
@@ -238,6 +240,30 @@ def tighter_curves(vector: str, paper: str, factor: float) -> tuple[Claim, Claim
 EDGE = "the geometric middle of the grid's bracket; each seed its own grid and mean |alpha_s|"
 LEMMA41_BUG = "alpha_s taken from the labels the step used (a shuffle that reached the token statistics)"
 FLOW_BUG = "the control's flow started from the E1 of the true step (a stale embeddings file)"
+
+OPTIMISERS = "gradient flow and the l_q mirror flows of margins.potentials (q = 1.5, 4)"
+MARGIN_SETTINGS = ("margins.potentials", "margins.horizon", "margins.tolerance")
+MARGIN_CLAIMS: tuple[Claim, ...] = (
+    # Beyond the paper: which margin an optimiser on p picks (Julistiono, Tarzanagh and Azizan 2024).
+    Claim("margin_own_norm", "Ours", f"each optimiser on p ({OPTIMISERS}) ends nearer its own norm's hard-margin "
+          "direction than any other norm's", "margins", "the l_q mirror flow converges in direction to the l_q "
+          "hard-margin solution (Julistiono et al. 2024); gradient flow to the l_2 one (Theorem 4.3)",
+          Statistic(("margins",), "own_preference"),
+          "the smallest, over the optimisers, of the cosine of its end with its own norm's solution minus the "
+          "largest with another norm's", ">=", "margins.min_preference",
+          "gradient flow's end read in every optimiser's place (an optimiser blind to the geometry)",
+          producer="margins", family="margin_preference", origin="ours",
+          bug="the mirror flows' potential dropped on the way to the integrator (every optimiser a gradient flow) "
+              "while the solutions keep their norms",
+          settings=MARGIN_SETTINGS),
+    Claim("margin_converged", "Ours", f"each optimiser on p ({OPTIMISERS}) is within 8 degrees of its own norm's "
+          "hard-margin direction at the end of its flow", "margins", "cos -> 1, logarithmically slowly",
+          Statistic(("margins",), "own_cosine"),
+          "the smallest, over the optimisers, of the cosine of its end with its own norm's solution", ">=",
+          "margins.min_cosine", "the largest cosine of an optimiser's end with another norm's solution",
+          producer="margins", family="margin_convergence", origin="ours",
+          bug="one solution for every norm (q ignored by the solver)", settings=MARGIN_SETTINGS),
+)
 
 PAIR_CONTROL = "the same generator with the pair made first-order (not flips nothing: pair.control)"
 PAIR_BUG = "the control's data drawn in the pair mode too (its mode ignored), or the runs of one dataset read twice"
@@ -367,6 +393,7 @@ CLAIMS: tuple[Claim, ...] = (
           producer="phase_diagram", family="error_slope", origin="ours",
           bug="the fit's two sides swapped: the update along v divided by the orthogonal one"),
     *PAIR_CLAIMS,
+    *MARGIN_CLAIMS,
 )
 BY_ID = {claim.id: claim for claim in CLAIMS}
 
@@ -471,6 +498,7 @@ def in_scope(claim: Claim, dataset: str, data: Any, config: Any) -> bool:
         "ablation": dataset in config.ablation.datasets,
         "phase": dataset == config.phase.dataset,
         "pair": dataset == config.pair.dataset,
+        "margins": dataset == config.margins.dataset,
     }[claim.scope]
 
 

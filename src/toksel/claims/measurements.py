@@ -186,6 +186,12 @@ def pair_runs(config: Config) -> Runs:
     return runs
 
 
+def margin_runs(config: Config) -> Runs:
+    """seed -> {"margins": the margins stage's metrics of that seed}, over base.seeds."""
+    found = seed_metrics(results_dir("margins", "seeds"), config.base.seeds)
+    return {seed: {"margins": metrics} for seed, metrics in found.items()}
+
+
 def claim_runs(producer: str, dataset: str, config: Config, protocol: str = "") -> Runs:
     """The runs a stage's claims read on `dataset`, under a protocol of the training claims ("": their own)."""
     if producer == "evaluate":
@@ -194,6 +200,8 @@ def claim_runs(producer: str, dataset: str, config: Config, protocol: str = "") 
         return ablation_runs(dataset, config)
     if producer == "pair_report":
         return pair_runs(config)
+    if producer == "margins":
+        return margin_runs(config)
     if producer == "compare":
         return grid_runs(dataset, config, protocol) if protocol else dataset_runs(dataset, config, arms=True)
     return {}

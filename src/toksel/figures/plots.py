@@ -350,3 +350,23 @@ def pair_figure(steps: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], acc
     right.grid(alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def margins_figure(optimisers: list[str], norms: list[str], cosines: np.ndarray) -> plt.Figure:
+    """Each optimiser's end (a row) against each norm's hard-margin direction (a column): the cosine, mean over the
+    seeds, as 1 - cos on a log colour scale (an angle of 8 degrees is 0.01), the nearest solution of each row
+    outlined."""
+    figure, axes = plt.subplots(figsize=(1.3 * len(norms) + 2.5, 0.55 * len(optimisers) + 1.6))
+    distance = np.clip(1 - cosines, 1e-4, None)
+    image = axes.imshow(distance, cmap="viridis", norm=matplotlib.colors.LogNorm(vmin=1e-3, vmax=0.5))
+    for row, column in np.ndindex(distance.shape):
+        axes.text(column, row, f"{cosines[row, column]:.3f}", ha="center", va="center", fontsize=8,
+                  color="w" if distance[row, column] < 0.02 else "k")
+    for row, column in enumerate(np.argmin(distance, axis=1)):
+        axes.add_patch(plt.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#b2182b", lw=2))
+    axes.set_xticks(range(len(norms)), [f"{norm} solution" for norm in norms], fontsize=8)
+    axes.set_yticks(range(len(optimisers)), optimisers, fontsize=8)
+    axes.set_title("which margin each optimiser picks: cos(end, solution), nearest outlined", fontsize=9)
+    figure.colorbar(image, ax=axes, label="1 - cos (log)")
+    figure.tight_layout()
+    return figure

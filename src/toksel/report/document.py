@@ -55,6 +55,7 @@ SECTIONS = {  # heading: the scopes it shows
     "The rebuttal's ablations": ("ablation",),
     "Beyond the paper: the eta0 x d phase diagram": ("phase",),
     "Beyond the paper: a label carried by a pair of tokens": ("pair",),
+    "Beyond the paper: which margin an optimiser picks": ("margins",),
 }
 PROTOCOLS = (TUNED, MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
@@ -457,6 +458,9 @@ def figures(config: Config) -> list[tuple[str, Path]]:
         ("Phase diagram: selection", "selection.png"),
         ("Phase diagram: max-margin direction", "cos_max_margin_selected.png"),
         ("The one-step error against d", "one_step_error.png"))]
+    wanted += [("A label carried by a pair of tokens: the one step, and which model reads the pair (ours)",
+                results_dir("pair_report", "") / "pair.png"),
+               ("Which margin each optimiser on p picks (ours)", results_dir("margins", "") / "margins.png")]
     return [(caption, path) for caption, path in wanted if _as_written(path).exists()]
 
 

@@ -83,16 +83,26 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def solve_lq_max_margin(differences: np.ndarray, q: float) -> MaxMarginSolution:
-    """The l_q hard-margin direction, argmin |p|_q s.t. differences @ p >= 1, by cvxpy's CLARABEL (a conic
-    interior-point solver: |p|_q as power cones); for q = 2 the least-distance solve above is exact and faster.
-    Unlike the l_2 minimiser it need not lie in the span of the embeddings, so it is solved in all d coordinates."""
+def solve_lq_max_margin(E: np.ndarray, pairs: np.ndarray, q: float) -> MaxMarginSolution:
+    """The l_q hard-margin direction, argmin |p|_q s.t. p^T (E_s - E_s') >= 1 for every pair, by cvxpy's CLARABEL (a
+    conic interior-point solver: |p|_q as power cones; q = inf, a linear programme); for q = 2 the least-distance
+    solve above is exact and faster. Unlike the l_2 minimiser it need not lie in the span of the embeddings, so it
+    is solved in all d coordinates. The constraints are posed on the scores z = E p of the tokens the pairs name
+    (z_s - z_s' >= 1, two entries a row): a dense (m, d) matrix of differences made each interior-point step 40
+    times slower (18 s against 0.45 s at m = 1,576, d = 1,024)."""
     import cvxpy as cp  # here: a second to import, and only this solve needs it
+    from scipy.sparse import csr_matrix
 
-    if len(differences) == 0:
+    differences = E[pairs[:, 0]] - E[pairs[:, 1]]
+    if len(pairs) == 0:
         return MaxMarginSolution("no constraints", None, differences)
-    p = cp.Variable(differences.shape[1])
-    problem = cp.Problem(cp.Minimize(cp.pnorm(p, q)), [differences @ p >= 1])
+    tokens, where = np.unique(pairs, return_inverse=True)
+    where = where.reshape(pairs.shape)
+    rows = np.arange(len(pairs))
+    pick = csr_matrix((np.r_[np.ones(len(pairs)), -np.ones(len(pairs))], (np.r_[rows, rows], where.T.ravel())),
+                      shape=(len(pairs), len(tokens)))
+    p, scores = cp.Variable(E.shape[1]), cp.Variable(len(tokens))
+    problem = cp.Problem(cp.Minimize(cp.norm(p, q)), [pick @ scores >= 1, scores == E[tokens] @ p])
     problem.solve(solver=cp.CLARABEL)
     solved = problem.status == "optimal" and p.value is not None
     return MaxMarginSolution(problem.status, np.asarray(p.value) if solved else None, differences)

@@ -1,0 +1,130 @@
+"""Which margin an optimiser on p picks (ours, beyond the paper).
+
+Theorem 4.3: gradient flow on p, E frozen after the step, converges in direction to the l_2 hard-margin solution
+of the important tokens' selection. Julistiono, Tarzanagh and Azizan (2024, arXiv 2410.14581) prove that the
+mirror flow of the l_q potential (q > 1) converges to the l_q hard-margin solution instead. On one seed's data,
+each flow of `potentials` is followed to the horizon (with its twin of halved steps, the check that the steps
+follow the flow) and each norm's hard-margin direction is solved; the cosines between them say which optimiser
+ends nearest which norm's solution. Sign descent and Adam on p, whose geometry for attention is not proven (for
+linear models they favour l_inf), are run for a fixed number of steps and read against the same solutions plus
+the l_inf one: shown, not judged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from toksel.models.fused import FusedBags
+from toksel.runtime.errors import ToksError
+from toksel.theory.flow_field import FlowField
+from toksel.theory.gradient_flow import Integration, halved, run_gradient_flow
+from toksel.theory.max_margin import cosine, solve_lq_max_margin, solve_max_margin
+
+L2 = 2.0
+ADAM_BETAS = (0.9, 0.999)  # the usual moments; eps 1e-8
+ADAM_EPS = 1e-8
+
+
+def norm_name(q: float) -> str:
+    return "linf" if math.isinf(q) else f"l{q:g}"
+
+
+def flow_name(q: float) -> str:
+    return "gradient" if q == L2 else f"mirror_{norm_name(q)}"
+
+
+def hard_margin_directions(E: np.ndarray, pairs: np.ndarray, norms: Sequence[float]) -> dict[float, np.ndarray]:
+    """Each norm's hard-margin direction of the selection whose (s, s') pairs are given (unit length)."""
+    found = {}
+    for q in norms:
+        solution = solve_max_margin(E, pairs) if q == L2 else solve_lq_max_margin(E, pairs, q)
+        if not solution.solved:
+            raise ToksError(f"margins: the {norm_name(q)} hard-margin problem is {solution.status} "
+                            f"({len(pairs):,} constraints): the important tokens are not separable on these data")
+        found[q] = solution.direction / np.linalg.norm(solution.direction)
+    return found
+
+
+@dataclass(frozen=True)
+class FlowEnd:
+    potential: float
+    p: np.ndarray  # where the flow is at the horizon
+    steps: int
+    halved_angle: float | None  # radians between its end and its halved-step twin's; None: no twin run
+    halved_norm_gap: float | None  # |p| of the two ends, relative
+
+
+def flow_end(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, potential: float, horizon: float,
+             tolerance: float, twin: bool) -> FlowEnd:
+    """The flow of the l_q potential (q = 2: gradient flow) from p0 to the horizon; twin: and its halved replay."""
+    run = run_gradient_flow(E, p0, v, bags, Integration(horizon, tolerance, potential=potential))
+    end = run.p[-1]
+    if not twin:
+        return FlowEnd(potential, end, run.steps, None, None)
+    other = halved(E, p0, v, bags, run, horizon).p[-1]
+    angle = math.acos(min(1.0, max(-1.0, cosine(end, other))))
+    gap = abs(np.linalg.norm(end) - np.linalg.norm(other)) / np.linalg.norm(end)
+    return FlowEnd(potential, end, run.steps, angle, float(gap))
+
+
+def sign_descent(field: FlowField, p0: np.ndarray, steps: int, lr: float) -> np.ndarray:
+    """p <- p - lr sign(grad L(p)): steepest descent in the l_inf norm, steps of fixed length."""
+    p = p0.astype(np.float64, copy=True)
+    for _ in range(steps):
+        p -= lr * np.sign(field(p)[1])
+    return p
+
+
+def adam(field: FlowField, p0: np.ndarray, steps: int, lr: float) -> np.ndarray:
+    """Adam on p (Kingma and Ba 2015), bias-corrected moments."""
+    (beta1, beta2), p = ADAM_BETAS, p0.astype(np.float64, copy=True)
+    first, second = np.zeros_like(p), np.zeros_like(p)
+    for step in range(1, steps + 1):
+        gradient = field(p)[1]
+        first = beta1 * first + (1 - beta1) * gradient
+        second = beta2 * second + (1 - beta2) * gradient**2
+        p -= lr * (first / (1 - beta1**step)) / (np.sqrt(second / (1 - beta2**step)) + ADAM_EPS)
+    return p
+
+
+def preference(cosines: dict[tuple[str, float], float], owners: dict[str, float]) -> float:
+    """The smallest, over the optimisers, of the cosine to their own norm's solution minus the largest to another
+    norm's: positive when every optimiser ends nearer its own norm's solution than any other's."""
+    norms = set(owners.values())
+    return min(cosines[name, own] - max(cosines[name, other] for other in norms - {own})
+               for name, own in owners.items())
+
+
+def margin_metrics(ends: dict[str, np.ndarray], owners: dict[str, float],
+                   solutions: dict[float, np.ndarray]) -> dict[str, float]:
+    """One seed's cosines of every optimiser's end with every solution, and what the claims read of them:
+    `own_preference` (preference above), `own_cosine` (the smallest cosine of a flow with its own norm's solution);
+    their controls read the gradient flow's end in every optimiser's place (an optimiser blind to the geometry)
+    and the largest cosine of a flow with another norm's solution; `solutions_cosine`, the largest cosine between
+    the l_2 solution and another norm's (how far apart the norms' answers are)."""
+    cosines = {(name, q): cosine(end, solution) for name, end in ends.items() for q, solution in solutions.items()}
+    judged = [q for q in owners.values()]
+    blind = {(name, q): cosines[flow_name(L2), q] for name in owners for q in judged}
+    metrics = {f"cos_{name}_{norm_name(q)}": value for (name, q), value in cosines.items()}
+    return metrics | {
+        "own_preference": preference(cosines, owners),
+        "control_own_preference": preference(blind, owners),
+        "own_cosine": min(cosines[name, own] for name, own in owners.items()),
+        "control_own_cosine": max(cosines[name, other] for name, own in owners.items() for other in judged
+                                  if other != own),
+        "solutions_cosine": max(cosine(solutions[L2], solutions[q]) for q in judged if q != L2),
+    }
+
+
+def follow_optimisers(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, pairs: np.ndarray,
+                      potentials: Sequence[float], horizon: float, tolerance: float,
+                      twin: bool, also: Sequence[float] = ()) -> tuple[dict[float, np.ndarray], dict[float, FlowEnd]]:
+    """Gradient flow and the mirror flows of `potentials` from p0 to the horizon (twin: each with its halved-step
+    replay), and the hard-margin direction of each of their norms and of the norms `also` names."""
+    norms = (L2, *potentials)
+    return (hard_margin_directions(E, pairs, (*norms, *also)),
+            {q: flow_end(E, p0, v, bags, q, horizon, tolerance, twin) for q in norms})
