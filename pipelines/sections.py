@@ -21,6 +21,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "ablation": ("base.seeds", "base.data_seed", "train", "sequence"),
     "pair": ("base.seeds", "base.data_seed", "train", "sequence"),
     "pair_report": ("base.seeds", "train.seeds", "pair"),
+    "negation": ("base.seeds", "train", "sequence", "negation"),
     "ablation_report": ("base.seeds", "train.seeds", "ablation", "sequence", "report"),
     "phase": ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon", "phase.tolerance",
               "evaluate.min_selection_fraction"),

@@ -497,20 +497,20 @@ def _rules(config: Config) -> None:
 
 
 def _negation_rules(config: Config) -> None:
-    """negation.models names runs that dvc.yaml trains, on two-class datasets, the headline dataset's one-layer
-    model among them."""
+    """negation.models names kept models of the train or ablation stage, on two-class datasets, the headline
+    dataset's one-layer model among them."""
     settings = config.negation
     _require(bool(settings.negators), "negation.negators is empty: name at least one negating word")
-    runs = {"train": (config.train.datasets, EMBEDDINGS), "ablation": (config.ablation.datasets,
-                                                                    config.ablation.variants)}
+    runs = {"train": EMBEDDINGS, "ablation": SEQUENCE_VARIANTS}
     for model in settings.models:
         stage, dataset, run = ([*model.split("/"), "", ""])[:3]
-        datasets, names = runs.get(stage, ((), ()))
-        _require(model.count("/") == 2 and dataset in datasets and run in names,
-                 f"negation.models names {model!r}: each must be train/<dataset of train.datasets>/<arm: "
-                 f"{', '.join(EMBEDDINGS)}> or ablation/<dataset of ablation.datasets>/<variant of ablation.variants>")
-        if config.datasets:
-            classes = config.datasets.get(dataset, {}).get("data", {}).get("num_classes")
+        _require(model.count("/") == 2 and run in runs.get(stage, ()),
+                 f"negation.models names {model!r}: each must be train/<dataset>/<arm: {', '.join(EMBEDDINGS)}> or "
+                 f"ablation/<dataset>/<variant: {', '.join(SEQUENCE_VARIANTS)}>")
+        if config.datasets:  # a dataset entry's own config is read without the others
+            _require(dataset in config.datasets, f"negation.models names {model!r}, whose dataset `datasets` does "
+                                                 f"not define ({', '.join(config.datasets)})")
+            classes = config.datasets[dataset].get("data", {}).get("num_classes")
             _require(classes == 2, f"negation.models names {model!r}, whose dataset has {classes} classes: a "
                                    "sentiment word's polarity is read between two")
     _require(any(model.startswith(f"train/{settings.dataset}/") for model in settings.models),
