@@ -44,6 +44,7 @@ from toksel.report.document import (
 )
 from toksel.report.forest import verdicts_figure
 from toksel.report.header import header
+from toksel.report.negation import negation_block
 from toksel.report.page import page
 from toksel.report.readings import all_shown, readings_section
 from toksel.report.training_runs import (
@@ -130,7 +131,8 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     reviews = all_shown(config)  # what the kept models select in real test reviews
     notes = [flow_note(*flow_checks())]  # does every gradient-flow run follow the flow?
     sweep = d_sweep_rows(config)
-    extra = training_blocks(config) + ledger_blocks(read_ledger())
+    # The negation section last, just before the shaded reviews of the next section (the template's `readings`).
+    extra = training_blocks(config) + ledger_blocks(read_ledger()) + [negation_block()]
     content = Content(shown, readings_section(reviews), calibration, notes, sweep, first, method_note(config), extra)
     markdown = render(TITLE, sections, found, content, OUT)
     write_text(OUT / "report.md", markdown)

@@ -163,7 +163,8 @@ def tiny_dvc_project(folder: Path) -> Path:
                      "ablation.variants=[two_layer_kq]", "ablation.multiclass=synthetic",
                      "phase.eta0=[40]", "phase.d=[256]",  # one phase cell: the gradient_flow stage's own (d, eta0)
                      "d_sweep.datasets=[synthetic]", "d_sweep.d=[8]", "calibration.max_replicates=4",
-                     "calibration.max_costly_replicates=2",
+                     "calibration.max_costly_replicates=2", "negation.dataset=synthetic",
+                     "negation.models=[train/synthetic/trained,ablation/synthetic/two_layer_kq]",
                      "margins.horizon=1e8", "margins.discrete_steps=50", "margins.potentials=[1.5]"]
     params = OmegaConf.load(ROOT / "params.yaml")
     # The real datasets have tests of their own; the pair experiment's two synthetic datasets are part of the DAG.

@@ -51,10 +51,11 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     per_dataset = ["prepare", "one_step", "gradient_flow", "evaluate"] * 3  # synthetic and the two pair datasets
     pair = ["pair-one_layer", "pair-mlp"] * 2 + ["pair_report"]
     assert sorted(first) == sorted(["check_params", *per_dataset, *training, "compare", *ablations, "ablation_report",
-                                    "calibrate", *pair, "margins", *theory, "publish"])
+                                    "calibrate", *pair, "margins", "negation", *theory, "publish"])
+    assert first.index("negation") < first.index("report")
     assert first.index("calibrate") < first.index("report")
     every_stage = sorted([*per_dataset, "compare", "train", "d_sweep", "ablation", "ablation_report", "calibrate",
-                          "pair", "pair", "pair", "pair", "pair_report", "margins", *theory])
+                          "pair", "pair", "pair", "pair", "pair_report", "margins", "negation", *theory])
     assert sorted(map(sorted, _pipeline_runs(dvc_project).values())) == [every_stage]
     summary = (dvc_project / "results" / "ablation_report" / "summary.md").read_text()
     assert "2-layer + W_KQ: p^T W_KQ^(2) E_s | synthetic two_layer_kq |" in summary
@@ -88,9 +89,10 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     # and exactly those run: the phase row runs GD on the synthetic data's flow settings (and computes the same
     # numbers, its horizon being its own; phase_diagram lists them too); compare reads the flow for the theory
     # protocol; the calibration follows every dataset's flow settings; the ablations' report lists every dataset's
-    # values (it reads the ablations of a list of datasets) and reruns with the same numbers.
+    # values (it reads the ablations of a list of datasets) and reruns with the same numbers, as does negation (it
+    # reads the kept models of a list of datasets).
     rerun = ["gradient_flow", "evaluate", "compare", "calibrate", "phase", "phase_diagram", "ablation_report",
-             "report"]
+             "negation", "report"]
     assert stale(dvc_project) == sorted(["check_params", *rerun, "publish"])
     second = dvc(dvc_project, "repro")
     assert sorted(ran(second)) == sorted(["check_params", *rerun, "publish"])
@@ -131,13 +133,13 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
 
     patience = params.train.patience  # a training parameter: the training runs, what reads them, the report
     assert stale_after(lambda p: setattr(p.train, "patience", 5)) == sorted(
-        ["check_params", *training, *ablations, "ablation_report", "compare", *pair, "calibrate", "report",
-         "publish"])
+        ["check_params", *training, *ablations, "ablation_report", "compare", *pair, "calibrate", "negation",
+         "report", "publish"])
     params.train.patience = patience
     # A sequence-model parameter: the ablations and the pair's models (models with positions), what reads them (the
-    # calibration reads the pair runs' spread), the report and publish.
+    # calibration reads the pair runs' spread, negation the kept ablations), the report and publish.
     assert stale_after(lambda p: setattr(p.sequence, "bucketed", False)) == sorted(
-        ["check_params", *ablations, "ablation_report", *pair, "calibrate", "report", "publish"])
+        ["check_params", *ablations, "ablation_report", *pair, "calibrate", "negation", "report", "publish"])
     params.sequence.bucketed = True
     OmegaConf.save(params, dvc_project / "params.yaml")
     assert stale(dvc_project) == []

@@ -15,9 +15,9 @@ from toksel import explain
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.models.reading import read_sequence
-from toksel.report.readings import shade
 from toksel.report.render_check import BROWSERS, render
 from toksel.runtime.errors import ToksError
+from toksel.summaries.shading import shade
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import batch_of_rows
 

@@ -25,13 +25,14 @@ from toksel.report.document import blocks
 from toksel.report.forest import CONTROL_COLOURS, verdicts_figure
 from toksel.report.header import prepared_rows, verdict, warning
 from toksel.report.page import page as html_page
-from toksel.report.readings import LEGEND, SHADE_CAP, ShownReview, readings_section, shade
+from toksel.report.readings import ShownReview, readings_section
 from toksel.report.render_check import BROWSERS, render
 from toksel.report.render_check import main as render_check
 from toksel.runtime import records
 from toksel.runtime.config import load_config
 from toksel.runtime.records import git_sha
 from toksel.summaries.claims import HEADER, Row
+from toksel.summaries.shading import LEGEND, SHADE_CAP, shade
 from toksel.theory.phase import edge_factor, factor_range, fit_power_law, measured_window, predicted_window
 
 # The cells follow their flows as the gradient_flow stage of TINY does (its horizon, the default tolerance).

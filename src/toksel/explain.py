@@ -28,10 +28,10 @@ from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import word_tokens
 from toksel.data.vocabulary import UNKNOWN, Vocabulary
 from toksel.models.reading import Reading, read_sequence
-from toksel.report.readings import SHADE_CAP, class_name, over_uniform, shade
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, read_npz
+from toksel.summaries.shading import SHADE_CAP, class_name, over_uniform, shade
 
 BAR = 30  # characters of a bar at the darkest shade (SHADE_CAP times the uniform weight or more)
 RESULTS = Path("results")

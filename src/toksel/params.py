@@ -280,6 +280,25 @@ class MarginsConfig:
 
 
 @dataclass
+class NegationConfig:
+    dataset: str = Field(description="the two-class dataset whose negated test reviews are shaded (its one-layer model "
+                                     "must be among `models`)")
+    models: List[str] = Field(  # noqa: UP006
+        description="the kept models read, folders under results/ with a seed<k>/ per training seed: "
+                    "train/<dataset>/<arm> (the one-layer model) or ablation/<dataset>/<variant> (with positions)")
+    negators: List[str] = Field(  # noqa: UP006
+        description="the negating words; n't stands for every word that ends in it (the word tokenizer keeps "
+                    "don't, isn't whole)")
+    window: int = Field(ge=1, description="a review is negated when a negator stands at most this many tokens before "
+                                          "a strong sentiment word")
+    min_polarity: float = Field(gt=0.0, le=1.0,
+        description="a strong sentiment word: |P(+|s) - P(-|s)| on the training split at least this")
+    min_count: int = Field(ge=1, description="a strong sentiment word: at least this many occurrences in the training "
+                                             "split")
+    examples: int = Field(ge=0, description="how many negated test reviews of `dataset` are shaded (the shortest)")
+
+
+@dataclass
 class DSweepConfig:
     datasets: List[str] = Field(  # noqa: UP006
         description="dvc.yaml sweeps d on each of these datasets (d_sweep@<dataset>): the trained and untrained arms "
@@ -368,6 +387,7 @@ class Config:
     d_sweep: DSweepConfig
     pair: PairConfig
     margins: MarginsConfig
+    negation: NegationConfig
     compute: ComputeConfig
     # name -> {data: {...}, model: {...}, one_step: {...}, gradient_flow: {...}, train: {...}}: its overrides
     datasets: Dict[str, Any]  # noqa: UP006
@@ -488,6 +508,7 @@ def _rules(config: Config) -> None:
              "beside them)")
     _require(bool(config.pair.variants) and set(config.pair.variants) <= set(SEQUENCE_VARIANTS),
              f"pair.variants = {config.pair.variants} must name some of {', '.join(SEQUENCE_VARIANTS)}")
+    _negation_rules(config)
     _require(train.devices * train.num_nodes == 1 or train.strategy == "ddp",
              f"train.devices = {train.devices} x train.num_nodes = {train.num_nodes} processes need train.strategy=ddp")
     _require(data.source != "hub" or bool(data.hub_id), "data.hub_id is empty: a hub dataset needs its Hub id")
@@ -499,6 +520,28 @@ def _rules(config: Config) -> None:
     _require(data.source != "synthetic" or data.num_classes == 2,
              f"data.num_classes = {data.num_classes}: the synthetic generator draws two classes (labels +1 and -1); "
              "K classes come from a text dataset")
+
+
+def _negation_rules(config: Config) -> None:
+    """negation.models names kept models of the train or ablation stage, on two-class datasets, the headline
+    dataset's one-layer model among them."""
+    settings = config.negation
+    _require(bool(settings.negators), "negation.negators is empty: name at least one negating word")
+    runs = {"train": EMBEDDINGS, "ablation": SEQUENCE_VARIANTS}
+    for model in settings.models:
+        stage, dataset, run = ([*model.split("/"), "", ""])[:3]
+        _require(model.count("/") == 2 and run in runs.get(stage, ()),
+                 f"negation.models names {model!r}: each must be train/<dataset>/<arm: {', '.join(EMBEDDINGS)}> or "
+                 f"ablation/<dataset>/<variant: {', '.join(SEQUENCE_VARIANTS)}>")
+        if config.datasets:  # a dataset entry's own config is read without the others
+            _require(dataset in config.datasets, f"negation.models names {model!r}, whose dataset `datasets` does "
+                                                 f"not define ({', '.join(config.datasets)})")
+            classes = config.datasets[dataset].get("data", {}).get("num_classes")
+            _require(classes == 2, f"negation.models names {model!r}, whose dataset has {classes} classes: a "
+                                   "sentiment word's polarity is read between two")
+    _require(any(model.startswith(f"train/{settings.dataset}/") for model in settings.models),
+             f"negation.dataset = {settings.dataset!r}: negation.models must hold its one-layer model "
+             f"(train/{settings.dataset}/<arm>), which shades its reviews")
 
 
 def _check_data_file(key: str, value: str) -> None:

@@ -370,3 +370,44 @@ def margins_figure(optimisers: list[str], norms: list[str], cosines: np.ndarray)
     figure.colorbar(image, ax=axes, label="1 - cos (log)")
     figure.tight_layout()
     return figure
+
+
+NEGATION_KINDS = {"other token": ("#cccccc", 6, "o"), "strong negative word": ("#b2182b", 10, "o"),
+                  "strong positive word": ("#2166ac", 10, "o"), "negator": ("black", 90, "*")}
+
+
+def negation_figure(accuracy: pd.DataFrame, tokens: pd.DataFrame, reading: str) -> plt.Figure:
+    """Left: each model's test accuracy on the negated reviews and on the others, every seed a dot, the mean with
+    its 95 % interval (accuracy: model, group, seed, accuracy, mean, low, high). Right: E_s^T v against E_s^T p of
+    one model (`reading` names it) for every token, the strong sentiment words and the negators marked (tokens:
+    value, score, kind, word)."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.3, 1]})
+    models = list(dict.fromkeys(accuracy["model"]))
+    for shift, (group, colour) in zip((-0.15, 0.15), (("negated", "#d73027"), ("other", "#4575b4")), strict=True):
+        rows = accuracy[accuracy["group"] == group]
+        at = np.array([models.index(model) for model in rows["model"]]) + shift
+        left.plot(at, rows["accuracy"], "o", ms=3, color=colour, alpha=0.5)
+        means = rows.drop_duplicates("model")
+        spot = np.array([models.index(model) for model in means["model"]]) + shift
+        left.errorbar(spot, means["mean"], yerr=[means["mean"] - means["low"], means["high"] - means["mean"]],
+                      fmt="_", ms=14, capsize=3, color=colour, label=f"{group} reviews: mean, 95 % interval")
+    left.set_xticks(range(len(models)), [model.replace("/", "\n") for model in models], fontsize=7)
+    left.set_ylabel("test accuracy (a dot per seed)")
+    left.set_title("accuracy on test reviews with a negated strong sentiment word, and on the others", fontsize=9)
+    left.legend(fontsize=7)
+    left.grid(alpha=0.3)
+    for kind, (colour, size, marker) in NEGATION_KINDS.items():
+        shown = tokens[tokens["kind"] == kind]
+        right.scatter(shown["score"], shown["value"], s=size, c=colour, marker=marker, alpha=0.9 if size > 6 else 0.5,
+                      label=kind, edgecolors="none")
+        if kind == "negator":
+            for row in shown.itertuples():
+                right.annotate(row.word, (row.score, row.value), fontsize=7, xytext=(3, 3),
+                               textcoords="offset points")
+    right.set_xlabel("$E_s^T p$")
+    right.set_ylabel("$E_s^T v$")
+    right.set_title(f"how {reading} reads each token", fontsize=9)
+    right.legend(fontsize=7)
+    right.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure

@@ -1,4 +1,5 @@
-"""How the one-layer model reads one sequence: the attention of <cls> over its tokens and what it predicts.
+"""How the one-layer model reads a sequence (or every sequence of a split at once): the attention of <cls> over its
+tokens and what it predicts.
 
 The model enters a sequence X only through each token's score E_s^T p and value E_s^T v (v_k for K classes):
 the attention weight of position i is softmax_i(E_{x_i}^T p), the output f = sum_i weight_i E_{x_i}^T v. So the
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from toksel.data.corpus import PackedSplit
 
 
 @dataclass(frozen=True)
@@ -39,3 +42,14 @@ def read_sequence(scores: np.ndarray, values: np.ndarray, ids: np.ndarray) -> Re
         exponentials = np.exp(output - output.max())
         probabilities = exponentials / exponentials.sum()
     return Reading(weights, np.asarray(output), probabilities)
+
+
+def bag_outputs(scores: np.ndarray, values: np.ndarray, split: PackedSplit) -> np.ndarray:
+    """f of every sequence of `split` (n,) for two classes: read_sequence's output, all at once. The attention
+    runs over positions, so a token that occurs c times weighs c exp(E_s^T p), as in the bag of tokens."""
+    if values.ndim != 1:
+        raise ValueError("bag_outputs reads a model of two classes (one value per token)")
+    starts = split.seq_indptr[:-1]
+    logits = scores[split.seq_tokens]
+    weights = np.exp(logits - np.repeat(np.maximum.reduceat(logits, starts), split.lengths))
+    return np.add.reduceat(weights * values[split.seq_tokens], starts) / np.add.reduceat(weights, starts)

@@ -454,6 +454,8 @@ def figures(config: Config) -> list[tuple[str, Path]]:
     wanted += [("The rebuttal's tables against our runs", results_dir("ablation_report", "") / "rebuttal_tables.png")]
     wanted += [(f"{name}: test accuracy of trained and random frozen embeddings against d / V (ours)",
                 results_dir("d_sweep", name) / "accuracy.png") for name in config.d_sweep.datasets]
+    wanted += [("Beyond the paper: accuracy on negated test reviews, and how the one-layer model reads each token "
+                "(ours, exploratory)", results_dir("negation", "") / "negation.png")]
     wanted += [(caption, results_dir("phase_diagram", "") / file) for caption, file in (
         ("Phase diagram: selection", "selection.png"),
         ("Phase diagram: max-margin direction", "cos_max_margin_selected.png"),

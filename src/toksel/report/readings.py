@@ -5,15 +5,12 @@ first and the last class, one the trained model gets right and one it gets wrong
 of the three embedding arms (first seed) read it: every token shaded by its attention weight, and the
 prediction. The paper's claim made visible: with trained embeddings, <cls> attends to the important words.
 
-The shade is one scale for every review and arm: the weight w against the uniform weight 1/T of a review of T
-tokens, w T. A token at or below uniform (w T <= 1) is not shaded; above it the shade deepens with log(w T), the
-darkest from SHADE_CAP times uniform on. A near-uniform reading thus stays pale however its largest weight
-compares with the rest, and a peaked one is dark on the few tokens it selects.
+The shade is one scale for every review and arm (summaries/shading.py): the weight w against the uniform weight
+1/T of a review of T tokens.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,14 +22,11 @@ from toksel.models.reading import Reading, read_sequence
 from toksel.params import EMBEDDINGS, Config
 from toksel.runtime.io import read_npz
 from toksel.runtime.paths import results_dir, seed_dir
-from toksel.summaries.markdown import escape, literal
+from toksel.summaries.markdown import escape
+from toksel.summaries.shading import TOP_WORDS, class_name, legend, reading_table
 
 MODEL = "model.npz"  # what a training stage keeps of each fitted model (training/record.py)
 MAX_TOKENS = 40  # a review shown whole on a line or two
-TOP_WORDS = 3  # the words with the largest weights, named beside each reading
-SHADE_CAP = 10.0  # w T from which a token is shaded darkest: ten times the uniform weight
-LEGEND = (1.0, 2.0, 5.0, SHADE_CAP)  # the w T values the legend shows
-SHADE_RGB = "33, 102, 172"
 
 
 @dataclass(frozen=True)
@@ -44,10 +38,6 @@ class ShownReview:
     case: str  # "right" or "wrong", as the trained model predicts it
     words: list[str]
     readings: dict[str, Reading]  # arm -> its reading
-
-
-def class_name(k: int, num_classes: int) -> str:
-    return ("negative", "positive")[k] if num_classes == 2 else f"class {k}"
 
 
 def kept_models(dataset: str, seed: int) -> dict[str, dict[str, np.ndarray]]:
@@ -93,50 +83,6 @@ def _caption(review: ShownReview) -> str:
             f"trained model is {review.case}")
 
 
-def _prediction(reading: Reading, num_classes: int) -> str:
-    k = reading.predicted
-    return f"{class_name(k, num_classes)} ({reading.probabilities[k]:.2f})"
-
-
-def over_uniform(weight: float, length: int) -> float:
-    """w T: the weight against the uniform weight 1/T of a reading of `length` tokens (1: uniform)."""
-    return weight * length
-
-
-def shade(weight: float, length: int) -> float:
-    """The token's shade, 0 (none) to 1 (darkest), on one scale for every review and arm: 0 at or below the uniform
-    weight, then log(w T) / log(SHADE_CAP), the darkest from SHADE_CAP times uniform on."""
-    ratio = over_uniform(weight, length)
-    return 0.0 if ratio <= 1.0 else min(1.0, math.log(ratio) / math.log(SHADE_CAP))
-
-
-def _token(word: str, weight: float, length: int) -> str:
-    """A token shaded by shade(); white text on the darkest shades, to stay readable."""
-    alpha = shade(weight, length)
-    colour = "; color: #fff" if alpha > 0.6 else ""
-    return (f"<span class='token' title='weight {weight:.3f}, {over_uniform(weight, length):.1f} x uniform' "
-            f"style='background: rgba({SHADE_RGB}, {alpha:.2f}){colour}'>{literal(word)}</span>")
-
-
-def legend() -> str:
-    """The shading scale: a swatch for each value of LEGEND, and what the scale is."""
-    swatches = " ".join(_token(f"{ratio:g} x uniform" + (" or more" if ratio == SHADE_CAP else ""), ratio, 1)
-                        for ratio in LEGEND)
-    return (f"Shading: <span class='legend'>{swatches}</span>. Each token is shaded by its weight w against the "
-            "uniform weight 1/T of its review of T tokens: none at or below uniform (w T <= 1), deeper with log(w T) "
-            f"above it, the darkest from {SHADE_CAP:g} x uniform. One scale for every review and arm: a pale reading "
-            "spreads its attention, a dark token is one it selects. Hover a token in report.html for its weight.")
-
-
-def _largest(review: ShownReview, reading: Reading) -> str:
-    """The prediction and the TOP_WORDS words with the largest weights, each with its weight and w T."""
-    length = len(review.words)
-    top = np.argsort(-reading.weights, kind="stable")[:TOP_WORDS]
-    words = ", ".join(f"{literal(review.words[i])} ({reading.weights[i]:.2f}, "
-                      f"{over_uniform(reading.weights[i], length):.1f} x)" for i in top)
-    return f"{escape(_prediction(reading, review.num_classes))}; {words}"
-
-
 def readings_section(reviews: list[ShownReview]) -> str:
     """The section in Markdown: per review and arm, the prediction, the largest weights and the review with every
     token shaded by its weight against uniform (inline HTML: report.html shows the shades, report.md the words)."""
@@ -147,12 +93,6 @@ def readings_section(reviews: list[ShownReview]) -> str:
              f"{TOP_WORDS} words with the largest attention weight, each with its weight and w T, and the review "
              "with every token shaded.", "", legend(), ""]
     for review in reviews:
-        length = len(review.words)
-        lines += [f"### {escape(_caption(review))}", "", "| embeddings | prediction; largest weights | review |",
-                  "|---|---|---|"]
-        for arm, reading in review.readings.items():
-            shaded = " ".join(_token(word, weight, length)
-                              for word, weight in zip(review.words, reading.weights, strict=True))
-            lines.append(f"| {arm} | {_largest(review, reading)} | <span class='reading'>{shaded}</span> |")
-        lines.append("")
+        lines += [f"### {escape(_caption(review))}", "", *reading_table(review.words, review.readings,
+                                                                          review.num_classes), ""]
     return "\n".join(lines) + "\n"

@@ -5,11 +5,14 @@ and the rebuttal's ablations.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
 from toksel.data.corpus import PackedSplit
-from toksel.models.sequence import SequenceClassifier
+from toksel.models.sequence import LAYOUTS, SequenceClassifier
+from toksel.params import TrainConfig
 from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy, predicted_labels
 from toksel.training.sequence_data import padded_batch
 
@@ -44,10 +47,31 @@ class SequenceModule(ClassifierModule):
         return self.model.E, self.model.p, self.model.v
 
 
-def accuracy_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None) -> float:
-    """The module's accuracy on some rows of a split (each cut to max_len, as it was trained)."""
+def correct_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None
+               ) -> torch.Tensor:
+    """Bool (len(rows),): whether the module predicts the label of each of some rows of a split (each cut to
+    max_len, as it was trained)."""
     batch = padded_batch(split, rows, max_len)
     device = next(module.parameters()).device
     with torch.no_grad():
         logits = module.logits({name: tensor.to(device) for name, tensor in batch.items()})
-    return float((predicted_labels(logits).cpu() == batch["labels"]).float().mean())
+    return predicted_labels(logits).cpu() == batch["labels"]
+
+
+def accuracy_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None) -> float:
+    """The module's accuracy on some rows of a split (each cut to max_len, as it was trained)."""
+    return float(correct_on(module, split, rows, max_len).float().mean())
+
+
+KEPT_PREFIX = "model/"  # a kept SequenceModule's parameters are its model's: model/E, model/mlp/0/weight
+
+
+def kept_module(parameters: Mapping[str, np.ndarray], variant: str, settings: TrainConfig) -> SequenceModule:
+    """A model a training stage kept (model.npz: training/record.py), rebuilt to be read: every parameter of the
+    variant restored, W_KQ and the MLP included (load_state_dict refuses one missing or left over)."""
+    own = {name.removeprefix(KEPT_PREFIX).replace("/", "."): torch.from_numpy(np.asarray(array))
+           for name, array in parameters.items() if name.startswith(KEPT_PREFIX)}
+    model = SequenceClassifier(own["E"], own["p"], own["v"], **LAYOUTS[variant])
+    model.load_state_dict(own)
+    return SequenceModule(model, torch.zeros(len(own["E"]), dtype=torch.bool), settings.optimizer, settings.lr,
+                          settings.weight_decay)
