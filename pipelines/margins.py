@@ -51,7 +51,7 @@ def seed_margins(config: Config, seed: int) -> dict[str, float]:
     ends = {flow_name(q): end.p for q, end in flows.items()}
     ends |= {"sign": sign_descent(field, p0, settings.discrete_steps, settings.discrete_lr),
              "adam": adam(field, p0, settings.discrete_steps, settings.discrete_lr)}
-    agreement = config.gradient_flow.agreement
+    agreement = settings.agreement
     halved = {"halved_angle_max": max(end.halved_angle for end in flows.values()),
               "halved_norm_gap_max": max(end.halved_norm_gap for end in flows.values())}
     faithful = halved["halved_angle_max"] <= agreement and halved["halved_norm_gap_max"] <= agreement
@@ -78,7 +78,7 @@ def margins(config: Config, run: RunRecord) -> None:
         run.record_metrics(seed_dir(SEEDS, seed) / "metrics.json", metrics)
         if not metrics["flows_faithful"]:
             print(f"margins: seed {seed}: a flow and its twin of halved steps differ by more than "
-                  f"gradient_flow.agreement = {config.gradient_flow.agreement:g} (angle "
+                  f"margins.agreement = {settings.agreement:g} (angle "
                   f"{metrics['halved_angle_max']:.3g}, |p| {metrics['halved_norm_gap_max']:.3g}): lower "
                   "margins.tolerance", file=sys.stderr)
     measurements = [measure(claim, settings.dataset, runs) for claim in MARGIN_CLAIMS]
@@ -97,7 +97,7 @@ def margins(config: Config, run: RunRecord) -> None:
         f"and Adam after {settings.discrete_steps:,} steps at lr {settings.discrete_lr:g}, exploratory:", "",
         *table(["optimiser", *norms], [[name, *map(number, row)] for name, row in zip(optimisers, means, strict=True)]),
         "", f"The l_2 solution's largest cosine with another norm's: {farthest} "
-        f"(at most, over the seeds). Every flow's twin of halved steps within {config.gradient_flow.agreement:g}: "
+        f"(at most, over the seeds). Every flow's twin of halved steps within {settings.agreement:g}: "
         f"{'yes' if all(m['flows_faithful'] for m in every) else 'no'} (largest angle "
         f"{number(max(m['halved_angle_max'] for m in every))} rad).", "", "![margins.png](margins.png)"]) + "\n"
     extra = {"solutions_cosine_max": max(m["solutions_cosine"] for m in every),

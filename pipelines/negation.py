@@ -60,7 +60,7 @@ LABELLED = 4  # the negator words with the most occurrences, named in the figure
 
 
 def rule(settings: NegationConfig) -> Rule:
-    return Rule(tuple(settings.negators), settings.window, settings.min_polarity, settings.min_count)
+    return Rule(tuple(settings.negators.split()), settings.window, settings.min_polarity, settings.min_count)
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def negation(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> N
             splits[dataset, seed] = scored.split  # the whole test split, whichever rows the model was scored on
             if stage in BAG_STAGES:
                 readings += [{"model": model, "dataset": dataset, "seed": seed, **row} for row in negator_readings(
-                    lexicon_of.tokens, scored.parameters["scores"], scored.parameters["values"], settings.negators)]
+                    lexicon_of.tokens, scored.parameters["scores"], scored.parameters["values"], marking.negators)]
             if (model, seed) == (shown, seeds[0]):
                 first = scored
     assert first is not None  # params' rules: negation.models holds the shown model
@@ -182,7 +182,7 @@ def negation(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> N
              for dataset in configs}
     shaded = examples(f"{shown} seed {seeds[0]}", first, known[settings.dataset, seeds[0]], marking,
                       settings.examples)
-    found = {"rule": {"negators": settings.negators, "window": settings.window,
+    found = {"rule": {"negators": list(marking.negators), "window": settings.window,
                       "min_polarity": settings.min_polarity, "min_count": settings.min_count},
              "seeds": seeds, "accuracy": accuracy, "negators": readings, "words": words,
              "examples": {"model": shown, "seed": seeds[0], "count": settings.examples}}

@@ -21,7 +21,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "ablation": ("base.seeds", "base.data_seed", "train", "sequence"),
     "pair": ("base.seeds", "base.data_seed", "train", "sequence"),
     "pair_report": ("base.seeds", "train.seeds", "pair"),
-    "margins": ("base.seeds", "base.data_seed", "data", "model", "one_step", "gradient_flow.agreement", "margins"),
+    "margins": ("base.seeds", "base.data_seed", "data", "model", "one_step", "margins"),
     "negation": ("base.seeds", "train", "sequence", "negation"),
     "ablation_report": ("base.seeds", "train.seeds", "ablation", "sequence", "report"),
     "phase": ("base.seeds", "model", "gradient_flow", "phase.eta0", "phase.horizon", "phase.tolerance",

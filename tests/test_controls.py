@@ -38,7 +38,8 @@ TEXT = ["dataset=graded", SEEDS, "train.max_epochs=8", "train.patience=3", "trai
         "train.lr_grid=[0.03]", "sequence.cpu.d=8", "sequence.cpu.max_len=12", "sequence.batch_size=32"]
 SHARED = ["train.datasets=[graded]", "ablation.datasets=[graded]", "ablation.multiclass=graded", "d_sweep.datasets=[]",
           "phase.eta0=[5,20,80,320]", "phase.d=[32,64,128,256]",  # four d: the slope's interval has 2 d.o.f.
-          "calibration.max_replicates=16", "calibration.max_costly_replicates=4"]
+          "calibration.max_replicates=16", "calibration.max_costly_replicates=4",
+          "negation.dataset=graded", "negation.models=[train/graded/trained]"]  # the models it has
 WIDE = ["dataset=wide", SEEDS]  # a synthetic dataset no setting was tuned on: more tokens, longer sequences
 
 

@@ -270,6 +270,8 @@ class MarginsConfig:
                     "against its own norm's hard-margin direction")
     horizon: float = Field(gt=0.0, description="the flow time every optimiser's flow is followed to")
     tolerance: float = Field(gt=0.0, description="each flow step's local error, relative to max(|p|, 1)")
+    agreement: float = Field(gt=0.0, description="each flow and its twin of halved steps agree within this: radians "
+                                                 "between their ends, and |p| relative")
     discrete_steps: int = Field(ge=1, description="steps of sign descent and Adam on p (exploratory rows)")
     discrete_lr: float = Field(gt=0.0, description="the learning rate of sign descent and Adam on p")
     min_preference: float = Field(
@@ -286,9 +288,10 @@ class NegationConfig:
     models: List[str] = Field(  # noqa: UP006
         description="the kept models read, folders under results/ with a seed<k>/ per training seed: "
                     "train/<dataset>/<arm> (the one-layer model) or ablation/<dataset>/<variant> (with positions)")
-    negators: List[str] = Field(  # noqa: UP006
-        description="the negating words; n't stands for every word that ends in it (the word tokenizer keeps "
-                    "don't, isn't whole)")
+    negators: str = Field(
+        description="the negating words, one string, separated by spaces (as a list it would hold a bare no, which "
+                    "YAML 1.1 reads as false once `dvc exp run -S` has rewritten params.yaml); n't stands for every "
+                    "word that ends in it (the word tokenizer keeps don't, isn't whole)")
     window: int = Field(ge=1, description="a review is negated when a negator stands at most this many tokens before "
                                           "a strong sentiment word")
     min_polarity: float = Field(gt=0.0, le=1.0,
@@ -526,7 +529,7 @@ def _negation_rules(config: Config) -> None:
     """negation.models names kept models of the train or ablation stage, on two-class datasets, the headline
     dataset's one-layer model among them."""
     settings = config.negation
-    _require(bool(settings.negators), "negation.negators is empty: name at least one negating word")
+    _require(bool(settings.negators.split()), "negation.negators is empty: name at least one negating word")
     runs = {"train": EMBEDDINGS, "ablation": SEQUENCE_VARIANTS}
     for model in settings.models:
         stage, dataset, run = ([*model.split("/"), "", ""])[:3]
