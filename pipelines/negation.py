@@ -37,20 +37,9 @@ from toksel.runtime.io import write_json, write_text
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.records import RunRecord
 from toksel.summaries.claims import publish_summary
-from toksel.summaries.markdown import escape, literal, table
-from toksel.summaries.negation import (
-    ACCURACY_HEADER,
-    ACCURACY_NOTE,
-    EXAMPLES_NOTE,
-    NEGATOR_HEADER,
-    NEGATOR_NOTE,
-    NO_EXAMPLES,
-    accuracy_rows,
-    negation_metrics,
-    negator_rows,
-    rule_text,
-)
-from toksel.summaries.shading import class_name, legend, reading_table
+from toksel.summaries.markdown import escape, literal
+from toksel.summaries.negation import negation_metrics, section
+from toksel.summaries.shading import class_name, reading_table
 from toksel.training.kept import BAG_STAGES, Scored, scored_on_test
 
 SECTIONS = STAGE_SECTIONS["negation"]
@@ -144,17 +133,11 @@ def figure_frames(accuracy: list[dict[str, Any]], scored: Scored, known: Lexicon
     return pd.DataFrame(points), frame[tokens.occurring() | negator]
 
 
-def summary(settings: NegationConfig, found: dict[str, Any], shaded: str) -> str:
+def summary(found: dict[str, Any], shaded: str) -> str:
     seeds = found["seeds"]
-    return "\n".join([
-        f"# Negation in real reviews (ours, exploratory: no claim; seeds {', '.join(map(str, seeds))})", "",
-        rule_text(found["rule"], seeds[0], found["words"]), "",
-        "## Accuracy on the negated test reviews and on the others", "", ACCURACY_NOTE, "",
-        *table(ACCURACY_HEADER, accuracy_rows(found["accuracy"])), "",
-        "## How the one-layer models read the negators", "", NEGATOR_NOTE, "",
-        *table(NEGATOR_HEADER, negator_rows(found["negators"])), "", "![negation.png](negation.png)", "",
-        f"## The {settings.examples} shortest negated test reviews of {settings.dataset}", "", EXAMPLES_NOTE, "",
-        legend(), "", shaded or NO_EXAMPLES]) + "\n"
+    return "\n\n".join([
+        f"# Negation in real reviews (ours, exploratory: no claim; seeds {', '.join(map(str, seeds))})",
+        *section(found, shaded, "##", "![negation.png](negation.png)")]) + "\n"
 
 
 def negation(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
@@ -191,7 +174,7 @@ def negation(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> N
     points, tokens = figure_frames(accuracy, first, known[settings.dataset, seeds[0]])
     save_figure(negation_figure(points, tokens, f"{shown} (seed {seeds[0]})"), OUT / "negation.png")
     run.log_artifact(OUT / "negation.png")
-    publish_summary(run, OUT, summary(settings, found, shaded), negation_metrics(accuracy, readings))
+    publish_summary(run, OUT, summary(found, shaded), negation_metrics(accuracy, readings))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toksel.calibration.theory import seed_of, training_draw
+from toksel.calibration.theory import Recent, seed_of, training_draw
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
 from toksel.params import SyntheticConfig
@@ -37,13 +37,13 @@ class MarginRegime:
     salt: int
 
 
-_FOLLOWED: dict[tuple, tuple[dict[float, np.ndarray], dict[float, np.ndarray]]] = {}  # a draw's, for its rungs
+Followed = tuple[dict[float, np.ndarray], dict[float, np.ndarray]]  # a draw's solutions, its optimisers' ends
+_FOLLOWED = Recent()
 
 
-def _followed(regime: MarginRegime, draw: tuple[int, ...]) -> tuple[dict[float, np.ndarray], dict[float, np.ndarray]]:
+def _followed(regime: MarginRegime, draw: tuple[int, ...]) -> Followed:
     """One draw's solutions and the unit directions its optimisers end at (kept for the rungs still to read them)."""
-    key = (repr(regime), draw)  # a config is not hashable; its repr holds every value
-    if key not in _FOLLOWED:
+    def make() -> Followed:
         train, important = training_draw(regime.synthetic, draw)
         init = initialise(train.vocab_size, regime.d, seed_of(*draw))
         E0, p0, v = init.E.numpy(), init.p.numpy(), init.v.numpy()
@@ -52,10 +52,9 @@ def _followed(regime: MarginRegime, draw: tuple[int, ...]) -> tuple[dict[float, 
         pairs = constraint_pairs(important[train.bag_tokens], train)
         solutions, flows = follow_optimisers(E1, p0, v, bags, pairs, regime.potentials, regime.horizon,
                                              regime.tolerance, twin=False)
-        if len(_FOLLOWED) >= 64:
-            _FOLLOWED.pop(next(iter(_FOLLOWED)))
-        _FOLLOWED[key] = solutions, {q: end.p / np.linalg.norm(end.p) for q, end in flows.items()}
-    return _FOLLOWED[key]
+        return solutions, {q: end.p / np.linalg.norm(end.p) for q, end in flows.items()}
+
+    return _FOLLOWED.get((repr(regime), draw), make)  # a config is not hashable; its repr holds every value
 
 
 def margin_statistics(regime: MarginRegime, planted: float, replicate: int) -> list[dict[str, float]]:

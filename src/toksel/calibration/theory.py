@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +42,8 @@ from toksel.theory.one_step import (
     update_along_outputs,
 )
 from toksel.theory.selection import selected_entries, selection_fraction
+
+T = TypeVar("T")
 
 
 def seed_of(*parts: int) -> int:
@@ -95,22 +99,36 @@ class FlowRegime:
     salt: int
 
 
+class Recent:
+    """What the last `most` keys made, kept in this process: a replicate's rungs are units of their own that read
+    the same draw, which is made once for them."""
+
+    def __init__(self, most: int = 64) -> None:
+        self.most = most
+        self._made: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        if key not in self._made:
+            if len(self._made) >= self.most:  # the oldest first: a chunk of units reads each replicate's rungs together
+                self._made.pop(next(iter(self._made)))
+            self._made[key] = make()
+        return self._made[key]
+
+
+_DRAWS = Recent()
+
+
 def training_draw(synthetic: SyntheticConfig, draw: tuple[int, ...]) -> tuple[PackedSplit, np.ndarray]:
     """A fresh training split of the generator (the same draw prepare makes for seed `draw`: the train split is
     its first) and which tokens are important, without the test split and token table the flows do not read;
     the last few are kept, so that a replicate's rungs share theirs."""
-    key = (dataclasses.astuple(synthetic), draw)
-    if key not in _DRAWS:
+    def make() -> tuple[PackedSplit, np.ndarray]:
         vocab = SyntheticVocabulary(synthetic.n_positive, synthetic.n_negative, synthetic.n_irrelevant)
-        rng = np.random.default_rng(draw)
-        split = generate(synthetic.mode, vocab, synthetic.n_train, synthetic.seq_len, synthetic.delta, rng)
-        if len(_DRAWS) >= 64:
-            _DRAWS.pop(next(iter(_DRAWS)))
-        _DRAWS[key] = split, vocab.groups() != 0
-    return _DRAWS[key]
+        split = generate(synthetic.mode, vocab, synthetic.n_train, synthetic.seq_len, synthetic.delta,
+                         np.random.default_rng(draw))
+        return split, vocab.groups() != 0
 
-
-_DRAWS: dict[tuple, tuple[PackedSplit, np.ndarray]] = {}
+    return _DRAWS.get((dataclasses.astuple(synthetic), draw), make)
 
 
 def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate: int) -> list[dict[str, float]]:

@@ -8,21 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toksel.report.document import Block, Table
+from toksel.report.document import Block
 from toksel.runtime.io import read_json, require_output
 from toksel.runtime.paths import results_dir
-from toksel.summaries.negation import (
-    ACCURACY_HEADER,
-    ACCURACY_NOTE,
-    EXAMPLES_NOTE,
-    NEGATOR_HEADER,
-    NEGATOR_NOTE,
-    NO_EXAMPLES,
-    accuracy_rows,
-    negator_rows,
-    rule_text,
-)
-from toksel.summaries.shading import legend
+from toksel.summaries.negation import section
 
 NEGATION = results_dir("negation", "")
 HEADING = "Beyond the paper: negation in real reviews"
@@ -39,9 +28,4 @@ def negation_block(folder: Path = NEGATION) -> Block:
         return Block(HEADING, ["The negation stage has not run (dvc repro negation)."])
     found = read_json(path, producer="negation")
     shaded = require_output(folder / "examples.md", producer="negation").read_text()
-    return Block(HEADING, [
-        ABOUT, rule_text(found["rule"], found["seeds"][0], found["words"]), ACCURACY_NOTE,
-        str(Table(ACCURACY_HEADER, accuracy_rows(found["accuracy"]))), NEGATOR_NOTE,
-        str(Table(NEGATOR_HEADER, negator_rows(found["negators"]))),
-        f"The {found['examples']['count']} shortest negated test reviews. {EXAMPLES_NOTE}", legend(),
-        shaded.strip() or NO_EXAMPLES])
+    return Block(HEADING, [ABOUT, *section(found, shaded, "###")])

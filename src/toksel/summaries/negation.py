@@ -11,7 +11,8 @@ from typing import Any
 
 from toksel.claims.verdict import Interval, seed_interval
 from toksel.summaries.claims import interval_text
-from toksel.summaries.markdown import number
+from toksel.summaries.markdown import number, table
+from toksel.summaries.shading import legend
 
 Rows = Sequence[Mapping[str, Any]]
 
@@ -66,19 +67,19 @@ def _mean(rows: Sequence[Mapping[str, Any]], name: str) -> float:
 def accuracy_rows(rows: Rows) -> list[list[str]]:
     """Per model: the negated reviews (the mean count over the seeds, of how many test reviews), its accuracy on
     them and on the others, and the difference, each with its interval over the seeds."""
-    table = []
+    listed = []
     for model, seeds in _grouped(rows, lambda row: row["model"]).items():
         read = seeds[0]["max_len"]
-        table.append([model, "all" if read is None else f"the first {read}",
+        listed.append([model, "all" if read is None else f"the first {read}",
                       f"{number(_mean(seeds, 'negated'), '.0f')} ({number(_mean(seeds, 'reviews'), '.0f')})",
                       *(interval_text(_interval(seeds, name)) for name in ACCURACY)])
-    return table
+    return listed
 
 
 def negator_rows(rows: Rows) -> list[list[str]]:
     """Per one-layer model and negator: its alpha_s, E_s^T v and E_s^T p, and the last two's standing among every
     token (z and percentile), each with its interval over the seeds."""
-    table = []
+    listed = []
     for (model, negator), seeds in _grouped(rows, lambda row: (row["model"], row["negator"])).items():
         words = seeds[0]["words"]
         shown = "not in the vocabulary" if not words else ", ".join(words[:4]) + (
@@ -86,10 +87,25 @@ def negator_rows(rows: Rows) -> list[list[str]]:
         standing = {name: f"{interval_text(_interval(seeds, f'{name}_z'))} "
                           f"({number(_mean(seeds, f'{name}_percentile'), '.0f')} % below)"
                     for name in ("value", "score")}
-        table.append([model, negator if words == [negator] else f"{negator} ({shown})",
+        listed.append([model, negator if words == [negator] else f"{negator} ({shown})",
                       interval_text(_interval(seeds, "alpha")), interval_text(_interval(seeds, "value")),
                       standing["value"], interval_text(_interval(seeds, "score")), standing["score"]])
-    return table
+    return listed
+
+
+def section(found: Mapping[str, Any], shaded: str, level: str, figure: str = "") -> list[str]:
+    """The section as the stage's summary and the report lay it out, paragraph by paragraph: the rule, the accuracy
+    table, the negators' table (then `figure`, if any) and the shaded reviews, under subheadings of `level` (##)."""
+    shown = found["examples"]
+    dataset = shown["model"].split("/")[1]
+    return [part for part in (
+        rule_text(found["rule"], found["seeds"][0], found["words"]),
+        f"{level} Accuracy on the negated test reviews and on the others", ACCURACY_NOTE,
+        "\n".join(table(ACCURACY_HEADER, accuracy_rows(found["accuracy"]))),
+        f"{level} How the one-layer models read the negators", NEGATOR_NOTE,
+        "\n".join(table(NEGATOR_HEADER, negator_rows(found["negators"]))), figure,
+        f"{level} The {shown['count']} shortest negated test reviews of {dataset}", EXAMPLES_NOTE, legend(),
+        shaded.strip() or NO_EXAMPLES) if part]
 
 
 def metric_name(*parts: str) -> str:

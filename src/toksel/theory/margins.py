@@ -107,7 +107,7 @@ def margin_metrics(ends: dict[str, np.ndarray], owners: dict[str, float],
     and the largest cosine of a flow with another norm's solution; `solutions_cosine`, the largest cosine between
     the l_2 solution and another norm's (how far apart the norms' answers are)."""
     cosines = {(name, q): cosine(end, solution) for name, end in ends.items() for q, solution in solutions.items()}
-    judged = [q for q in owners.values()]
+    judged = list(owners.values())
     blind = {(name, q): cosines[flow_name(L2), q] for name in owners for q in judged}
     metrics = {f"cos_{name}_{norm_name(q)}": value for (name, q), value in cosines.items()}
     return metrics | {
