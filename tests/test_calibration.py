@@ -11,7 +11,7 @@ from tests.helpers import ROOT, TINY, throwaway_project
 from toksel.calibration.curves import TokenPopulation
 from toksel.calibration.families import BY_NAME, PlantedAnswers, crossing_along, row, step_answers
 from toksel.calibration.operating import Precision, half_width, loop, operating_curve, power_crossing
-from toksel.calibration.theory import StepRegime, one_step_statistics
+from toksel.calibration.theory import Recent, StepRegime, one_step_statistics
 from toksel.claims.catalogue import BY_ID, assess, measure
 from toksel.claims.ledger import CHANGED, FIXED, NOT_SET
 from toksel.data.corpus import PackedSplit
@@ -163,3 +163,18 @@ def test_an_old_statistic_is_measured_again_on_the_rows_runs(config):
     found = history(item, "imdb", records, config, remeasure)
     assert asked == [("spearman_v_alpha", "")] and found.old_verdict == "fails"  # 0.26 [0.235, 0.285] < 0.3
     assert "its statistic then, spearman_v_alpha" in found.note
+
+
+def test_recent_makes_each_key_once_and_forgets_the_oldest():
+    made = []
+    recent = Recent(most=2)
+
+    def make(key):
+        return lambda: made.append(key) or f"draw {key}"
+
+    assert [recent.get(key, make(key)) for key in (1, 2, 1, 2)] == ["draw 1", "draw 2", "draw 1", "draw 2"]
+    assert made == [1, 2]  # the rungs of a replicate read its draw made once
+    recent.get(3, make(3))  # a third key pushes out the oldest, 1
+    recent.get(2, make(2))
+    recent.get(1, make(1))
+    assert made == [1, 2, 3, 1]
