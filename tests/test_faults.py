@@ -28,6 +28,7 @@ from tests.helpers import (
     seed_folder,
     start_stage,
 )
+from toksel.runtime.errors import Terminated, forget_stops, raise_if_stopped, stop
 
 LONG_FLOW = [*TINY, "gradient_flow.tolerance=1e-8"]  # seconds of steps: a few hundred times the usual number
 
@@ -104,6 +105,26 @@ def test_a_stopped_stage_keeps_its_old_outputs_and_records_and_says_so_in_one_li
     error = process.stderr.read().strip().splitlines()
     assert error == [f"{stage}: stopped by {signal.Signals(signum).name}: it wrote nothing"]
     assert {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()} == before
+
+
+def test_a_stop_whose_raise_is_lost_in_a_finalizer_is_raised_again(monkeypatch):
+    # A signal's handler runs wherever Python is, a __del__ too, where its exception is only reported: the stage
+    # would have trained on and written its outputs (once in CI, a Ctrl-C in training ended the stage with 0).
+    lost = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: lost.append(unraisable.exc_value))
+    forget_stops()
+
+    class Finalised:
+        def __del__(self):
+            stop(signal.SIGINT)
+
+    Finalised()  # garbage at once
+    assert [type(error) for error in lost] == [Terminated]  # the raise went nowhere
+    with pytest.raises(Terminated) as again:  # as the stage asks between training steps and before it writes
+        raise_if_stopped()
+    assert again.value.signum == signal.SIGINT
+    forget_stops()  # a new stage run has received none
+    raise_if_stopped()
 
 
 def _gone(pid: int) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from toksel.params import Config
 from toksel.runtime.config import describe, load_config, params_hash, read_config
 from toksel.runtime.distributed import WorkerFinished, is_worker
-from toksel.runtime.errors import Terminated, ToksError
+from toksel.runtime.errors import Terminated, ToksError, forget_stops, raise_if_stopped, stop
 from toksel.runtime.fanout import map_units
 from toksel.runtime.io import (
     captured_outputs,
@@ -85,9 +85,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the one that
 @contextmanager
 def _signals_raise() -> Iterator[None]:
     """SIGTERM and SIGINT raise Terminated, so the stage closes its runs as KILLED and writes nothing."""
-    def stop(signum: int, frame: object) -> None:
-        raise Terminated(signum)
-
+    forget_stops()
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield
         return
@@ -207,6 +205,7 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
             # at the end, before the outputs replace the old ones
             check_params_unchanged(read.params_path, read.params_digest)
             check_experiment_alone()
+            raise_if_stopped()
     except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
         return 0
     except ToksError as error:

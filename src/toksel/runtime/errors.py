@@ -2,6 +2,7 @@
 "the stage was told to stop"."""
 
 import signal
+from typing import NoReturn
 
 
 class ToksError(Exception):
@@ -15,3 +16,25 @@ class Terminated(BaseException):
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+_RECEIVED: list[int] = []  # the stopping signals this stage received
+
+
+def stop(signum: int, frame: object = None) -> NoReturn:
+    """The handler of SIGTERM and SIGINT: raise Terminated, and remember the stop. A handler runs wherever Python
+    happens to be, a finalizer (__del__) too, where the exception it raises is only printed and the stage goes on: the
+    stage asks `raise_if_stopped` again between training steps and before it writes its outputs."""
+    _RECEIVED.append(signum)
+    raise Terminated(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop again if one was received (its first raise may have been lost)."""
+    if _RECEIVED:
+        raise Terminated(_RECEIVED[0])
+
+
+def forget_stops() -> None:
+    """A new stage run: no stop received yet (a test may run several in one process)."""
+    _RECEIVED.clear()

@@ -44,7 +44,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from toksel.params import TrainConfig
 from toksel.runtime.config import params_hash
 from toksel.runtime.distributed import is_worker
-from toksel.runtime.errors import ToksError
+from toksel.runtime.errors import ToksError, raise_if_stopped
 from toksel.runtime.io import file_sha256
 from toksel.runtime.known_warnings import silence_known_warnings
 from toksel.runtime.memory import keep_freed_memory
@@ -184,6 +184,14 @@ class StopOnNonFiniteLoss(pl.Callback):
                                "train.lr_grid)")
 
 
+class StopWhenAsked(pl.Callback):
+    """A stop (SIGTERM, Ctrl-C) whose first raise was lost (runtime/errors.py) stops the fit at the next step."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, outputs: object, batch: object,
+                           batch_idx: int) -> None:
+        raise_if_stopped()
+
+
 class LogNorms(pl.Callback):
     """|p|, |v| and the mean |E_s| after every training epoch (MLflow curves norm_p, norm_v, mean_norm_E)."""
 
@@ -285,8 +293,8 @@ def fit(module: ClassifierModule, data: PackedDataModule, plan: FitPlan, callbac
         devices=settings.devices, num_nodes=settings.num_nodes, precision=settings.precision,
         use_distributed_sampler=False,  # the data module shares each batch out itself
         logger=StageLogger(run),
-        callbacks=[best, last, stopping, StopOnNonFiniteLoss(), LogNorms(), RecordFit(fingerprint), log,
-                   *callbacks],
+        callbacks=[best, last, stopping, StopOnNonFiniteLoss(), StopWhenAsked(), LogNorms(), RecordFit(fingerprint),
+                   log, *callbacks],
         enable_progress_bar=plan.progress, enable_model_summary=False, deterministic=True, log_every_n_steps=10,
         default_root_dir=checkpoints / fingerprint,
     )
