@@ -1,5 +1,5 @@
-"""The one exception type that means "the user's input is wrong" (exit code 2, one line), and the one that means
-"the stage was told to stop"."""
+"""The one exception type that means "the user's input is wrong" (exit code 2, one line), the one that means
+"the stage was told to stop", and the handler of the signals that tell it."""
 
 import signal
 from typing import NoReturn
