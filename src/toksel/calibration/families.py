@@ -35,7 +35,7 @@ from toksel.calibration.operating import (
     rate_at,
 )
 from toksel.calibration.pair import PairRegime, pair_step_unit, planted_accuracies
-from toksel.calibration.theory import FlowRegime, StepRegime, flow_unit, step_unit
+from toksel.calibration.theory import FlowRegime, Recent, StepRegime, flow_unit, step_unit
 from toksel.claims.catalogue import BY_ID, Claim, config_value
 from toksel.claims.measurements import curve_settings
 from toksel.claims.paper import REBUTTAL_GAP as PAPER_GAP
@@ -254,7 +254,7 @@ class PlantedAnswers:
         self.fidelity = fidelity  # the real trained arm's, (p's, v's): the scatter the spread's arms start from
         self.settings = curve_settings(config.train)  # the claims' own binning and choice of tokens
         self._drawn: dict[tuple, dict[str, float]] = {}
-        self._data: dict[tuple[int, int], tuple] = {}
+        self._data = Recent(DRAWS_KEPT)
 
     def _rng(self, *key: float) -> np.random.Generator:
         return np.random.default_rng((self.config.calibration.seed, self.salt, *(round(1000 * k) for k in key)))
@@ -264,11 +264,9 @@ class PlantedAnswers:
         if key not in self._drawn:
             # The same draw of the data and the same noise at every rung (common random numbers): the rungs
             # differ by their effect alone, and a draw is made once.
-            if (replicate, seed) not in self._data:
-                if len(self._data) >= DRAWS_KEPT:  # the oldest first: a batch asks for each replicate's rungs together
-                    self._data.pop(next(iter(self._data)))
-                self._data[replicate, seed] = self.population.draw(1.0, self._rng(1, replicate, seed))
-            drawn, rng = self._data[replicate, seed], self._rng(len(source), replicate, seed)
+            drawn = self._data.get((replicate, seed),
+                                   lambda: self.population.draw(1.0, self._rng(1, replicate, seed)))
+            rng = self._rng(len(source), replicate, seed)
             if source == "spread":
                 self._drawn[key] = spread_statistics(drawn, effect, self.fidelity, self.settings, rng)
             else:
