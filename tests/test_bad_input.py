@@ -38,7 +38,7 @@ PARAMS_DAMAGE = [
     ("a dataset key that leaves the project", lambda text: text + '  "../outside":\n    data: {}\n    model: {}\n'
      "    one_step: {}\n    gradient_flow: {}\n    train: {}\n", "dataset key '../outside' may hold only"),
     ("a row's d written as a float", lambda text: text.replace("  d: [128, 256,", "  d: [128.0, 256,"),
-     "write each d as a plain integer"),
+     "phase.d.0: Input should be a valid integer"),
     ("one eta0 twice", lambda text: text.replace("  eta0: [10, 20,", "  eta0: [10, 10.0,"), "distinct values"),
     ("a key missing", lambda text: text.replace("      min_count: 1\n", "", 1),
      "datasets.synthetic.data.min_count has no value: params.yaml holds every setting"),

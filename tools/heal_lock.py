@@ -1,8 +1,7 @@
-"""Put back a dvc.lock that a kill cut: `python -m tools.heal_lock` (run by `make repro` before `dvc repro`).
+"""Put back a dvc.lock that a kill cut: `python -m tools.heal_lock` (`make repro` runs it before `dvc repro`).
 
-A dvc.lock that DVC's schema refuses is set aside as dvc.lock.damaged and replaced by the copy the last stage kept
-(.dvc/tmp/toksel-dvc.lock) if that one is whole. Exit code 0, one line when something was mended; the why is in
-docs/operations.md ("A dvc.lock cut by a kill is mended").
+A dvc.lock DVC's schema refuses is set aside as dvc.lock.damaged and replaced by the copy the last stage kept, if
+whole (docs/operations.md, "A dvc.lock cut by a kill is mended"). Exit code 0; one line when something was mended.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Run the whole DAG under a named profile: `python -m tools.profile quick [dvc exp run options]` (`make quick`).
 
 A profile, profiles/<name>.yaml, is a partial params.yaml (its `every_other_dataset` values go to each dataset entry
-it does not name), checked against the schema and then run as a DVC experiment in a copy of the project
-(`dvc exp run --temp -n <name>-<time> -S ++key=value` for each value): the workspace's params.yaml, results and
-dvc.lock stay as they were. The experiment's results are in its DVC
-experiment (`dvc exp show`; `dvc exp apply <name>` brings them into the workspace) and its MLflow runs in the
-project's store, under a parent named after it. The real datasets come from $TOKSEL_DATA_MIRROR, else the Hugging
-Face Hub; with neither (no mirror, HF_HUB_OFFLINE=1) only the synthetic datasets and the phase diagram run.
+it does not name), checked against the schema, then run as a DVC experiment in a copy of the project (`dvc exp run
+--temp -n <name>-<time> -S ++key=value ...`): the workspace stays as it was. The results are in the DVC experiment
+(`dvc exp apply <name>` brings them here), its MLflow runs under a parent named after it. The real datasets come
+from $TOKSEL_DATA_MIRROR, else the Hub; with neither, only the stages that need no real data run.
 """
 
 from __future__ import annotations
@@ -66,8 +64,8 @@ def read_profile(name: str, params: Path = Path("params.yaml")) -> dict[str, Any
 
 
 def synthetic_targets(profile: dict[str, Any], params: Path = Path("params.yaml")) -> list[str]:
-    """The stages that need no real data: each synthetic dataset's evaluate (and what it reads), the phase diagram and
-    the pair and margin claims (whose datasets are synthetic)."""
+    """The stages that need no real data: each synthetic dataset's evaluate, the phase diagram, the pair and margin
+    claims (and what they read)."""
     synthetic = [name for name in _load(profile, params).datasets
                  if _load(profile, params, (f"dataset={name}",)).data.source == "synthetic"]
     return [*(f"evaluate@{name}" for name in synthetic), "phase_diagram", "pair_report", "margins"]

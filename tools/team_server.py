@@ -1,8 +1,8 @@
-"""The team's MLflow server, docs/operations.md's "Team mode" recipe as one command (make mlflow-server):
-`python -m tools.team_server start|stop|status|env [--folder .team] [--port 5001] [--detach]`.
+"""The team's MLflow server (docs/operations.md, "Team mode"): `python -m tools.team_server start|stop|status|env
+[--folder .team] [--port 5001] [--detach]` (make mlflow-server).
 
-PostgreSQL on a unix socket only (its cluster the `postgres` user's when run as root); MLflow as its `basic-auth` app.
-The admin's password, made once, is kept in <folder>/credentials and <folder>/auth.ini (0600). Exit codes: 0 done,
+PostgreSQL listens on a unix socket only (as the `postgres` user when run as root); MLflow runs its `basic-auth` app.
+The admin's password, made once, is kept 0600 in <folder>/credentials and <folder>/auth.ini. Exit codes: 0 done,
 1 not running (status), 2 bad input or a process that would not start, in one line.
 """
 
@@ -37,19 +37,18 @@ def postgres_bin() -> Path:
     return Path(found[-1]).parent
 
 
-def _run(*command: str | Path) -> str:
-    """A PostgreSQL command's output, run as the `postgres` user when we are root (PostgreSQL refuses root); its
-    last line of errors, as a ToksError, if it fails."""
+def _postgres(command: str, *args: str | Path) -> str:
+    """A PostgreSQL program's output, run as the `postgres` user when we are root (PostgreSQL refuses root)."""
     as_owner = {}
     if os.geteuid() == 0:
-        account = pwd.getpwnam("postgres")
-        as_owner = {"user": account.pw_uid, "group": account.pw_gid, "cwd": "/",
-                    "extra_groups": os.getgrouplist("postgres", account.pw_gid),
-                    "env": {**os.environ, "HOME": account.pw_dir, "USER": "postgres", "LOGNAME": "postgres"}}
-    done = subprocess.run([str(part) for part in command], capture_output=True, text=True, **as_owner)
+        owner = pwd.getpwnam("postgres")
+        as_owner = {"user": owner.pw_uid, "group": owner.pw_gid, "cwd": "/",
+                    "extra_groups": os.getgrouplist("postgres", owner.pw_gid),
+                    "env": {**os.environ, "HOME": owner.pw_dir, "USER": "postgres", "LOGNAME": "postgres"}}
+    done = subprocess.run([str(postgres_bin() / command), *map(str, args)], capture_output=True, text=True,
+                          **as_owner)
     if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToksError(f"{Path(command[0]).name} failed: {last}")
+        raise ToksError(f"{command} failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     return done.stdout
 
 
@@ -63,8 +62,7 @@ def _private_file(path: Path, text: str) -> None:
 def credentials(folder: Path) -> dict[str, str]:
     """The admin's login from <folder>/credentials, refused if others may read it."""
     path = folder / "credentials"
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
+    if (mode := path.stat().st_mode & 0o777) & 0o077:
         raise ToksError(f"{path}: others may read it (mode {mode:o}): chmod 600 it")
     login = configparser.ConfigParser()
     login.read(path)
@@ -75,28 +73,28 @@ def credentials(folder: Path) -> dict[str, str]:
 
 
 def _start_postgres(folder: Path) -> tuple[Path, dict[str, str]]:
-    """The cluster, made with the admin's password at the first start, running with its databases; the login."""
-    if os.geteuid() == 0:  # the `postgres` user passes through it to its cluster (search only; the secrets are 0600)
+    """The cluster, made with the admin's password at the first start, running with its two databases."""
+    if os.geteuid() == 0:  # the `postgres` user passes through to its cluster (search only; the secrets are 0600)
         folder.chmod(folder.stat().st_mode & 0o777 | 0o001)
-    cluster, bin_dir = folder / "postgres", postgres_bin()
+    cluster = folder / "postgres"
     if not cluster.exists():
         cluster.mkdir(mode=0o700)
         if os.geteuid() == 0:
             shutil.chown(cluster, "postgres")
-        _run(bin_dir / "initdb", "-D", cluster, "-U", "postgres", "--auth=trust")
+        _postgres("initdb", "-D", cluster, "-U", "postgres", "--auth=trust")
         _private_file(folder / "credentials", "[mlflow]\nmlflow_tracking_username = admin\n"
                                               f"mlflow_tracking_password = {secrets.token_urlsafe(24)}\n")
     login = credentials(folder)  # refused before anything starts
-    _run(bin_dir / "pg_ctl", "-D", cluster, "-w", "-l", cluster / "server.log", "-o",
-         f"-c listen_addresses='' -c unix_socket_directories='{cluster}'", "start")
-    existing = _run(bin_dir / "psql", "-h", cluster, "-U", "postgres", "-Atc", "SELECT datname FROM pg_database")
-    for name in {"mlflow", "mlflow_auth"} - set(existing.split()):  # the runs; the users and their permissions
-        _run(bin_dir / "psql", "-h", cluster, "-U", "postgres", "-c", f"CREATE DATABASE {name}")
+    _postgres("pg_ctl", "-D", cluster, "-w", "-l", cluster / "server.log", "-o",
+              f"-c listen_addresses='' -c unix_socket_directories='{cluster}'", "start")
+    existing = _postgres("psql", "-h", cluster, "-U", "postgres", "-Atc", "SELECT datname FROM pg_database").split()
+    for name in {"mlflow", "mlflow_auth"} - set(existing):  # the runs; the users and their permissions
+        _postgres("psql", "-h", cluster, "-U", "postgres", "-c", f"CREATE DATABASE {name}")
     return cluster, login
 
 
 def start(folder: Path, port: int, timeout: float = 90) -> dict:
-    """PostgreSQL and the MLflow server, up and answering; what runs is recorded in <folder>/server.json."""
+    """PostgreSQL and the MLflow server, up and answering; recorded in <folder>/server.json."""
     require_free(port)
     folder.mkdir(parents=True, exist_ok=True)
     cluster, login = _start_postgres(folder)
@@ -117,7 +115,7 @@ def start(folder: Path, port: int, timeout: float = 90) -> dict:
     (folder / "server.json").write_text(json.dumps(state))
     deadline = time.monotonic() + timeout
     while server.poll() is None and time.monotonic() < deadline:
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"{state['uri']}/health", timeout=2):  # not up yet
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{state['uri']}/health", timeout=2):
             return state
         time.sleep(0.5)
     stop(folder)
@@ -134,14 +132,13 @@ def state_of(folder: Path) -> dict | None:
 
 
 def stop(folder: Path) -> None:
-    """The MLflow server (its process group), then PostgreSQL (pg_ctl); the record removed."""
-    state = state_of(folder)
-    if state is None:
-        raise ToksError(f"no team server recorded in {folder}")
+    """The MLflow server (its process group), then PostgreSQL; the record removed."""
+    if (state := state_of(folder)) is None:
+        raise ToksError(f"no team server recorded in {folder}: start it first")
     with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
         os.killpg(state["mlflow_pid"], signal.SIGTERM)
         psutil.Process(state["mlflow_pid"]).wait(timeout=30)
-    _run(postgres_bin() / "pg_ctl", "-D", state["cluster"], "-w", "-m", "fast", "stop")
+    _postgres("pg_ctl", "-D", state["cluster"], "-w", "-m", "fast", "stop")
     (folder / "server.json").unlink()
 
 
@@ -163,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "stop":
             stop(args.folder)
         elif args.command == "status":
-            state = state_of(args.folder)
-            running = state is not None and psutil.pid_exists(state["mlflow_pid"])
+            running = (state := state_of(args.folder)) is not None and psutil.pid_exists(state["mlflow_pid"])
             print(f"team_server: {state['uri'] if running else 'not running'}")
             return 0 if running else 1
         elif (state := state_of(args.folder)) is None:

@@ -242,7 +242,7 @@ class PhaseConfig:
         description="the flow's error tolerance in the grid's cells (in place of the dataset's)")
     eta0: List[float] = Field(  # noqa: UP006
         description="one_step.eta0 of the grid's columns (dvc.yaml runs every eta0 x d cell)")
-    d: List[int] = Field(  # noqa: UP006
+    d: List[pydantic.StrictInt] = Field(  # noqa: UP006  (plain integers: dvc.yaml names each row's folder after one)
         description="model.d of the grid's rows; also the d sweep of the one-step error")
 
 

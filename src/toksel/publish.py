@@ -1,11 +1,9 @@
 """Show the stages' run records (runs/) as MLflow runs: `python -m toksel.publish [<tracking URI>]`.
 
-The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else the embedded sqlite:///<project>/mlflow.db; run
-it by hand for any other store (a team server), or at any time to see the stages that have ended. It rebuilds the
-view of the records present (tracking/view.py): again after a failure, twice or at once, the store holds each run
-once. A store that does not answer is one line and exit 2, the results all in
-place. MLflow's own settings bound its waits: MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and
-MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
+The pipeline's last DVC stage runs it on $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db; run it by hand
+for another store, or at any time. It rebuilds the view of the records present (tracking/view.py): after a failure,
+twice or at once, the store holds each run once. A store that does not answer is one line and exit 2, with the
+waits bounded by MLFLOW_HTTP_REQUEST_TIMEOUT (here 30 s unless set) and MLFLOW_HTTP_REQUEST_MAX_RETRIES (here 2).
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ from toksel.runtime.io import write_json
 from toksel.runtime.paths import tracking_uri
 from toksel.tracking.view import Publisher, current_pipeline, read_specs
 
-# The stage's output: how many of the records the store shows (the stages' and their nested runs, a number that
-# depends on the records alone), and the artifacts it could not show.
+# The stage's output: how many records the store shows (a number of the records alone), and the artifacts it did not.
 SUMMARY = Path("results/publish.json")
 
 

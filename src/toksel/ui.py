@@ -8,11 +8,8 @@ serves its own UI: its address is printed and nothing is started. A missing stor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,8 +20,7 @@ from toksel.tracking.saved_views import PIPELINES_VIEW, TAG_PREFIX
 
 
 def runs_address(uri: str, base: str) -> str:
-    """The address of the toksel experiment's runs table (its view of the pipelines, where publish saved it), once
-    the store holds a pipeline's run."""
+    """The address of the toksel experiment's runs table, opened on the pipelines' view where publish saved one."""
     quiet_mlflow()
     from mlflow import MlflowClient
 
@@ -66,17 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ui: {error}", file=sys.stderr)
         return 2
     print(f"ui: the runs of {experiment_name()}: {address} (Ctrl-C stops the server)", flush=True)
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--workers", "1", "--backend-store-uri", uri,
-                               "--host", "127.0.0.1", "--port", str(args.port)],
-                              env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))  # a kill stops the server too
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            server.wait()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    return 0
+    os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+    # This process becomes the server: a Ctrl-C or a kill reaches it directly.
+    os.execv(sys.executable, [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--backend-store-uri", uri,
+                              "--host", "127.0.0.1", "--port", str(args.port)])
 
 
 if __name__ == "__main__":

@@ -59,14 +59,10 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
               variant: Variant | None = None) -> int:
     """Run `body` as the stage `stage` (its config sections `sections`).
 
-    every_seed: the body runs once for every seed of base.seeds, each seed a unit of work (runtime/fanout.py: a
-    process each, or a cluster's worker) with its own run record tagged `seed`, as a stage per seed would be, its
-    outputs written here with all the others'; the metrics the seeds record under every_seed(config) are then
-    gathered into <that folder>.json, keyed by their folders (seed0.<name>, or <arm>.seed0.<name>), for
-    `dvc metrics`.
-    seeds: which seeds every_seed runs, where a stage runs fewer than base.seeds (its section says how many).
-    per_dataset: the stage works on one dataset (False: on all of them, as the report). variant: what tells its
-    runs from the same stage's on the same dataset, for their names (an ablation's variant).
+    every_seed: the body runs for each seed (`seeds`, else base.seeds) as a unit of work (runtime/fanout.py) with a
+    run record of its own; the metrics they record under every_seed(config) are gathered into <that folder>.json,
+    keyed by their folders, for `dvc metrics`. per_dataset: the stage works on one dataset (the report: on all).
+    variant: what tells its runs from the same stage's on the same dataset (an ablation's variant).
     """
     from_command_line = argv is None  # a process of its own (DVC's, a user's), not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -98,8 +94,8 @@ def _signals_raise() -> Iterator[None]:
 
 
 def _stop_with_parent() -> None:
-    """SIGTERM when the process that started the stage (DVC) ends, so that the stage never writes after DVC has
-    gone (Linux; elsewhere nothing); a parent already gone is an immediate stop."""
+    """SIGTERM when the process that started the stage (DVC) ends, so that no stage writes after DVC has gone
+    (Linux only)."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
@@ -129,27 +125,21 @@ class RunNaming:
 
     def record(self, config: Config, sections: tuple[str, ...], seeded: bool, dataset_input: bool,
                recorded: Recorded) -> RunRecord:
-        """The stage run's record: tagged with the stage, its dataset (a per-dataset stage's only), its seed and the
-        digest of its settings; its parameters the effective values of its sections, flattened."""
+        """The run's record: tagged with the stage, its dataset, seed and settings' digest; its parameters the
+        effective values of its sections, flattened."""
         resolved = config.sections(sections)
         tags = {"stage": self.stage, "params_hash": params_hash(resolved), **source_tags(self.stage),
                 **({"dataset": config.dataset} if self.per_dataset else {}),
                 **({"seed": str(config.seed)} if seeded else {})}
         params = {**flatten(resolved), **({"seed": config.seed} if seeded else {})}
         record = RunRecord(self.name(config, seeded), tags, params, recorded)
-        if dataset_input:  # the run's dataset, shown as its MLflow input: name, source, and the digest of its
-            # settings and, for a file dataset, of its files (an edited file is another dataset)
+        if dataset_input:  # its MLflow input: the digest of its settings and files (an edited file is another dataset)
             data = config.data
             files = file_digests(data.files)
             source = ", ".join(files) if data.source == "file" else data.origin
             digest = params_hash({"data": config.sections(["data"]), **({"files": files} if files else {})})
             record.inputs.append({"name": config.dataset, "source": source, "digest": digest})
         return record
-
-
-def _pipeline(read_params: Path) -> dict[str, str]:
-    """What the stage's records keep of the pipeline run: the params.yaml the stage read (publish shows it)."""
-    return {"params_yaml": read_params.read_text() if read_params.exists() else ""}
 
 
 def _help(stage: str, sections: tuple[str, ...], overrides: list[str]) -> int:
@@ -200,8 +190,9 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 if every_seed is not None:
                     recorded = [item for record, _, _ in done for item in record.recorded]
                     write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))
+                params_yaml = read.params_path.read_text() if read.params_path.exists() else ""  # publish shows it
                 write_records(naming.records_path(config), [record for record, _, _ in done],
-                              _pipeline(read.params_path))
+                              {"params_yaml": params_yaml})
             # at the end, before the outputs replace the old ones
             check_params_unchanged(read.params_path, read.params_digest)
             check_experiment_alone()
@@ -226,15 +217,15 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
 
 @dataclasses.dataclass(frozen=True)
 class SeedUnit:
-    """A run of the stage's body (one seed's, where it runs every seed): a unit of work (runtime/fanout.py)."""
+    """A run of the stage's body (one seed's): a unit of work (runtime/fanout.py)."""
     body: StageBody
     record: RunRecord
     config: Config
 
 
 def _run_unit(unit: SeedUnit, captured: bool = True) -> tuple[RunRecord, dict[Path, bytes], float]:
-    """The unit's run, with its record; its outputs captured for the stage to write with its other seeds' (a seed
-    may run in another process), or written in place; and its seconds."""
+    """The unit's run: its record, its outputs (captured, to be written with the other seeds'; or in place), and
+    its seconds."""
     silence_known_warnings()
     started = time.perf_counter()
     with captured_outputs() if captured else contextlib.nullcontext({}) as files, unit.record.run():

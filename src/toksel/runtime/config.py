@@ -1,9 +1,6 @@
-"""params.yaml + `key=value` overrides -> one typed, validated config object.
-
-OmegaConf reads params.yaml and the `key=value` overrides and merges them with the chosen dataset's entry; pydantic
-validates the result against the schema (toksel/params.py), and its first complaint becomes one line that names the
-full key.
-"""
+"""params.yaml + `key=value` overrides -> one validated config: OmegaConf reads and merges params.yaml, the chosen
+dataset's entry and the overrides; pydantic checks the result against toksel/params.py, and its first complaint
+becomes one line naming the full key."""
 
 from __future__ import annotations
 
@@ -19,20 +16,11 @@ from typing import Any
 
 import pydantic
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from toksel.params import DATASET_SECTIONS, Config, name_problem
 from toksel.runtime.errors import ToksError
-
-
-def _check_folder_numbers(params: Any, path: Path) -> None:
-    """dvc.yaml names phase@<d>'s folder after the number as params.yaml writes it: 128.0 would name d128.0."""
-    written = OmegaConf.select(params, "phase.d", default=None)
-    if isinstance(written, ListConfig) and not all(isinstance(d, int) and not isinstance(d, bool)
-                                                   for d in written):
-        raise ToksError(f"config error: phase.d = {list(written)} in {path}: write each d as a plain integer "
-                        "(dvc.yaml names each row's folder after it)")
 
 
 def _check_interpolations(path: Path, params: Any) -> None:
@@ -41,11 +29,9 @@ def _check_interpolations(path: Path, params: Any) -> None:
     def walk(node: Any, key: str) -> None:
         if isinstance(node, dict | list):
             for name, value in node.items() if isinstance(node, dict) else enumerate(node):
-                walk(value, f"{key}.{name}" if key else str(name))
+                walk(value, f"{key}.{name}".lstrip("."))
         elif isinstance(node, str) and "${" in node:
-            raise ToksError(f"config error: {key} = {node!r} in {path} is an interpolation: write the value itself "
-                            "(DVC sees the text, not what it resolves to; an environment variable would be copied "
-                            "into the settings and MLflow)")
+            raise ToksError(f"config error: {key} = {node!r} in {path} is an interpolation: write the value itself")
     walk(OmegaConf.to_container(params, resolve=False), "")
 
 
@@ -59,9 +45,8 @@ def _check_aliases(path: Path, text: str) -> None:
 
 
 def _read_params(path: Path, text: str | None = None) -> tuple[Any, str]:
-    """params.yaml (or `text`, a version of it) as an OmegaConf node, and the digest of the values in it (what DVC
-    records: comments and layout aside); one line for a file that is not UTF-8, not YAML, repeats a key or is not a
-    mapping."""
+    """params.yaml (or `text`, a version of it) as an OmegaConf node, and the digest of its values (comments and
+    layout aside, as DVC records them); one line for a file that is not UTF-8, not YAML, repeats a key or is a list."""
     try:
         text = path.read_bytes().decode("utf-8") if text is None else text
         _check_aliases(path, text)
@@ -83,19 +68,17 @@ def _read_params(path: Path, text: str | None = None) -> tuple[Any, str]:
 
 
 def params_values(path: Path | str = "params.yaml", text: str | None = None) -> dict[str, Any]:
-    """The values `path` holds (or `text`, another version of it), read and checked as read_config reads them (not
-    yet validated by the schema)."""
+    """The values `path` (or `text`, another version of it) holds, read as read_config reads them."""
     return OmegaConf.to_container(_read_params(Path(path), text)[0], resolve=False)
 
 
 def params_digest(path: Path | str = "params.yaml") -> str:
-    """The digest of the values `path` holds now, as read_config took it."""
+    """The digest of the values `path` holds now."""
     return _read_params(Path(path))[1]
 
 
 @functools.cache
 def _schema() -> pydantic.TypeAdapter:
-    """The schema's validator, built once."""
     return pydantic.TypeAdapter(Config)
 
 
@@ -124,9 +107,9 @@ def _complaint(error: pydantic.ValidationError, shown: Any) -> str:
 
 
 def _resolve(layers: list[Any], prefix: str = "", dataset: str | None = None) -> Config:
-    """Merge the layers (the shared sections, a dataset entry's, the command line) and validate them against the
-    schema; errors name the key, after `prefix`: a value of a dataset's own section, in `dataset`'s entry, where the
-    entry gives it (or lacks it) and no later layer (the command line) replaces it."""
+    """Merge the layers (the shared sections, a dataset's entry, the command line) and validate them; an error names
+    the key after `prefix`, as datasets.<dataset>.<key> where that entry holds (or lacks) what the command line
+    does not replace."""
     try:
         merged = OmegaConf.to_container(OmegaConf.merge(*layers), resolve=False)
     except OmegaConfBaseException as error:
@@ -147,7 +130,7 @@ def _resolve(layers: list[Any], prefix: str = "", dataset: str | None = None) ->
 
 
 def _dataset_layer(datasets: Any, name: str) -> Any:
-    """The sections a dataset entry overrides; every entry lists all of DATASET_SECTIONS ({} for none)."""
+    """The sections a dataset's entry overrides; each entry lists all of DATASET_SECTIONS ({} for none)."""
     if name not in datasets:
         known = ", ".join(datasets) or "none"
         raise ToksError(f"config error: unknown dataset {name!r}: params.yaml defines {known}")
@@ -167,22 +150,18 @@ class ReadConfig:
 
 
 def load_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> Config:
-    """Read `path`, apply the chosen dataset's overrides, then the `key=value` overrides, and validate.
-
-    Every dataset entry is validated too, so a typo anywhere in params.yaml is caught on the first run.
-    Raises ToksError naming the offending key.
-    """
+    """`path` with the chosen dataset's entry, then the `key=value` overrides, validated (every other entry too, so
+    that a typo anywhere is caught on the first run); a ToksError names the offending key."""
     return read_config(overrides, path).config
 
 
 def dataset_configs(names: Iterable[str], overrides: Sequence[str] = ()) -> dict[str, Config]:
-    """Each dataset's config as its stages read it: its entry's overrides, then a stage's command line (the values
-    a stage run by hand with the same `key=value`s had)."""
+    """Each dataset's config as its stages read it, with the `overrides` of a command line."""
     return {name: load_config([*overrides, f"dataset={name}"]) for name in names}
 
 
 def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml") -> ReadConfig:
-    """load_config, with the digest of the values it read: a stage checks at its end that the file still holds them."""
+    """load_config, with the digest of what it read: a stage checks at its end that the file still holds it."""
     path = Path(path)
     if not path.exists():
         raise ToksError(f"config error: {path} not found: run from the project root")
@@ -190,7 +169,6 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
         if "=" not in item or item.startswith("="):
             raise ToksError(f"config error: override {item!r} is not of the form key=value")
     params, digest = _read_params(path)
-    _check_folder_numbers(params, path)
     try:
         command_line = OmegaConf.from_dotlist(list(overrides))
     except OmegaConfBaseException as error:
@@ -224,8 +202,8 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
 
 
 def _check_no_dead_values(params: Any, datasets: Any, path: Path) -> None:
-    """A shared value that every dataset's entry sets too would change nothing (`dvc exp run -S one_step.eta0=50`
-    once did nothing): refused, naming where the value lives."""
+    """A shared value that every dataset's entry sets too would change nothing (`-S one_step.eta0=50` once did
+    nothing): refused, naming where the value lives."""
     def leaves(node: Any, key: str) -> Iterator[str]:
         if isinstance(node, DictConfig) and len(node):
             for name in node:
@@ -261,7 +239,6 @@ def describe(config: Config, sections: Iterable[str]) -> list[str]:
 
 @functools.cache
 def _descriptions(section: type) -> dict[str, str]:
-    """A schema section's key -> its description, read from its JSON schema once."""
     return {name: spec.get("description", "")
             for name, spec in pydantic.TypeAdapter(section).json_schema()["properties"].items()}
 

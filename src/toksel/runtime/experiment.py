@@ -1,8 +1,5 @@
-"""The MLflow experiment the runs go to, a client on its store, and the lock that lets one process at a time change
-the store from this host: what `publish` and `make ui` share.
-
-Reaching the store changes no result, so no compute stage depends on this module.
-"""
+"""The MLflow experiment the runs go to, a client on its store, and the lock that lets one process of this host at a
+time change the store: what `publish` and `make ui` share."""
 
 from __future__ import annotations
 
@@ -33,8 +30,8 @@ def quiet_mlflow() -> None:
 
 @contextmanager
 def store_lock(uri: str, wait: float | None = None) -> Iterator[None]:
-    """The store to ourselves among this host's processes: an embedded store's lock lies beside it, a server's in the
-    project. A lock held past `wait` is one line, not a hang."""
+    """The store to ourselves among this host's processes (the lock beside an embedded store, or in the project);
+    a lock held past `wait` is one line, not a hang."""
     from filelock import FileLock, Timeout
 
     wait = LOCK_WAIT if wait is None else wait
@@ -50,17 +47,15 @@ def store_lock(uri: str, wait: float | None = None) -> Iterator[None]:
 
 
 def open_experiment(uri: str) -> tuple[Any, str]:
-    """A client on the store of `uri` and the id of the experiment: made if it is not there, restored if it was deleted
-    (it is a view of the records, rebuilt by publish). Call it under store_lock: a new embedded store is made (its
-    schema migrated) by its first client."""
+    """A client on the store of `uri` and the experiment's id: made if missing, restored if deleted (it is a view,
+    rebuilt by publish). Under store_lock: a new embedded store is made by its first client."""
     quiet_mlflow()
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(experiment_name())
     if experiment is None:
-        # With the embedded store, artifacts beside it in the project: a relative default would follow the working
-        # directory. A server chooses its own artifact store.
+        # Beside an embedded store (a relative default would follow the working directory); a server chooses its own.
         where = (project_root() / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
         return client, client.create_experiment(experiment_name(), artifact_location=where, tags=dict([KIND]))
     if experiment.lifecycle_stage == "deleted":

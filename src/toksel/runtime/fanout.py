@@ -1,19 +1,14 @@
-"""Independent units of work through one interface, `map_units(work, units, settings, kind)`: the seeds of a seeded
-stage, the points of the d sweep, the phase grid's cells, the calibration's replicates. The results come back in
-the units' order.
+"""Independent units of work (a stage's seeds, the d sweep's points, the phase grid's cells, the calibration's
+replicates) through one call, `map_units(work, units, settings, kind)`; the results in the units' order.
 
-- Here, the default: joblib, `compute.workers` units at a time (0: one per core, or every process unit at once up
-  to twice the cores). kind "threads" for units whose compiled passes release the GIL; "processes" for units that
-  are mostly Python or hold global state (a seed's fits seed torch's generator): joblib's loky processes, fresh
-  (never a fork of a process whose OpenMP threads have run) and kept for the stage's next map.
-- A cluster: `compute.address` or $TOKSEL_COMPUTE_ADDRESS names a Dask scheduler (tcp://host:8786), whatever
-  started its workers (docs/scale.md); the workers need the project at the same path.
-- Inside a unit, map_units runs its own units one after another: the parallelism is the outer units'.
+Here, joblib runs `compute.workers` units at a time (0: one per core, or all of a few process units at once): kind
+"threads" for compiled passes that release the GIL, "processes" (loky's, fresh, kept for the next map) for mostly
+Python units or units with global state. `compute.address` or $TOKSEL_COMPUTE_ADDRESS names a Dask scheduler
+instead (docs/scale.md; its workers need the project at the same path). A unit's own units run one after another.
 
-Each unit runs on one thread of BLAS, numba and torch (a Dask worker has one, and a sum split over more threads
-rounds otherwise), so the numbers are the same whichever backend ran them; `compute` is in no stage's settings and
-pointing a run at a cluster reruns nothing. A unit carries the working directory and the few environment variables
-that steer the computation (Place.CARRIED), never the rest: no password or token leaves this machine in one.
+Every unit runs on one thread of BLAS, numba and torch (a sum split over threads rounds otherwise), so the numbers
+are the same on any backend and `compute` is in no stage's settings. A unit carries the working directory and the
+environment variables that steer the computation (Place.CARRIED), no password or token.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -61,12 +56,11 @@ def map_units(work: Callable[[Unit], Result], units: Sequence[Unit], settings: C
     # threads' units (the map sets the rest for all of them).
     shared = kind == "threads" and not scheduler and workers > 1 and not _inside_unit.get()
     single = functools.partial(run_unit, work, Place.here(), not shared)
-    if _inside_unit.get():  # the units of a unit (a seed's, running elsewhere): there, one after another
-        return _inline(single, units, progress)
+    # A unit's own units, or one worker here: one after another (a pool would cost its start-up for nothing).
+    if _inside_unit.get() or (workers == 1 and not scheduler):
+        return _collect((single(unit) for unit in units), progress)
     if scheduler:
         return _on_cluster(scheduler, single, units, progress)
-    if workers == 1:  # nothing to share out: a process or a pool would cost its start-up for nothing
-        return _inline(single, units, progress)
     return _embedded(single, units, kind, workers, progress)
 
 
@@ -74,9 +68,8 @@ _inside_unit: ContextVar[bool] = ContextVar("inside_unit", default=False)
 
 
 def _workers_here(units: int, kind: str) -> int:
-    """Units at a time on this machine by default: one per core; but a few process units (a stage's seeds: 3 on
-    2 cores) all at once, the cores shared among them, since a unit runs on one thread and a last round of one
-    would leave the other cores idle (train@imdb: 510 s as 2 + 1, 446 s as 3 at once)."""
+    """One unit per core; but a few process units (3 seeds on 2 cores) all at once, or a last round of one would
+    leave the other cores idle (train@imdb: 510 s as 2 + 1, 446 s as 3 at once)."""
     cores = os.cpu_count() or 1
     return units if kind == "processes" and units <= 2 * cores else cores
 
@@ -88,8 +81,8 @@ def _loaded(name: str) -> Any:
 
 @contextmanager
 def one_thread(whole_process: bool = True) -> Iterator[None]:
-    """numba on one thread in this thread; with `whole_process`, BLAS and torch too, whose counts are the process's.
-    Each is set where loaded: a unit's modules are, by the time it runs (unpickling it imports them)."""
+    """numba on one thread in this thread; with `whole_process`, BLAS and torch too (their counts are the
+    process's). Each where loaded: unpickling a unit has imported its modules."""
     numba, torch = _loaded("numba"), _loaded("torch") if whole_process else None
     numba_before = numba.get_num_threads() if numba else None
     torch_before = torch.get_num_threads() if torch else None
@@ -109,13 +102,12 @@ def one_thread(whole_process: bool = True) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Place:
-    """Where a unit runs as if here: the working directory (the project, or a DVC experiment's copy of it) and the
-    settings from the environment that the stages read, as they are where the units are submitted."""
+    """Where a unit runs as if here: the working directory (the project, or a DVC experiment's copy) and the
+    environment settings the stages read."""
     folder: str
     environment: tuple[tuple[str, str], ...]
 
-    # What a unit reads of the environment: the data's mirror and offline switches, progress bars, the run's
-    # grouping. Nothing else travels: no login (MLFLOW_TRACKING_PASSWORD, HF_TOKEN) is pickled into a unit.
+    # Nothing else travels: no login (MLFLOW_TRACKING_PASSWORD, HF_TOKEN) is pickled into a unit.
     CARRIED = ("TOKSEL_DATA_MIRROR", "TOKSEL_PROGRESS", "HF_HUB_OFFLINE",
                "HF_DATASETS_OFFLINE", "DVC_EXP_NAME", "DVC_ROOT")
 
@@ -144,18 +136,18 @@ def run_unit(work: Callable[[Unit], Result], place: Place, whole_process: bool, 
         _inside_unit.reset(marked)
 
 
-def _inline(work: Callable[[Unit], Result], units: Sequence[Unit], progress: Callable[[], Any]) -> list[Result]:
-    results = []
-    for unit in units:
-        results.append(work(unit))
+def _collect(results: Iterable[Result], progress: Callable[[], Any]) -> list[Result]:
+    """The results as they come, `progress()` after each."""
+    done = []
+    for result in results:
+        done.append(result)
         progress()
-    return results
+    return done
 
 
 def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, workers: int,
               progress: Callable[[], Any]) -> list[Result]:
-    """joblib's threads, or its loky processes: reused by the stage's next map (the calibration maps a few units
-    at a time dozens of times), killed when the stage stops (joblib ends its workers on an error or a signal)."""
+    """joblib's threads, or its loky processes: reused by the stage's next map, ended on an error or a signal."""
     from joblib import Parallel, delayed
 
     # max_nbytes None: the units' arrays are pickled as they are, never swapped for read-only memory maps.
@@ -164,11 +156,7 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
     # The thread counts are the process's: set for the whole map of threads, so that a thread's unit, ending,
     # cannot lift them under another's that is still running.
     with one_thread() if kind == "threads" else contextlib.nullcontext():
-        results = []
-        for result in parallel(delayed(work)(unit) for unit in units):
-            results.append(result)
-            progress()
-        return results
+        return _collect(parallel(delayed(work)(unit) for unit in units), progress)
 
 
 def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[Unit],
@@ -190,12 +178,8 @@ def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[
                         f"({type(error).__name__}); start one, or set compute.address to \"\" to run here") from None
     with client:
         futures = client.map(work, units, pure=False)
-        results = []
         try:
-            for future in futures:  # in the units' order
-                results.append(future.result())
-                progress()
-            return results
+            return _collect((future.result() for future in futures), progress)
         except BaseException:  # a stopped stage stops its units too
             client.cancel(futures)
             raise

@@ -1,11 +1,10 @@
 """Files written whole, and read back checked.
 
-A file is written to a temporary sibling, then renamed, so a killed stage leaves no half file. Inside
-`outputs_together()` (a stage's whole run) the renames wait for the end of the block, so that a stage that fails
-replaces none of its old outputs. Whether an output is the one its stage wrote is DVC's to know (dvc.lock holds
-every output's hash). A stage reads another's output through `require_output`, read_json or read_npz, which check
-what they can see: a missing file names the stage to run first; one that is not JSON or not an npz, or lacks a key
-asked for, names its file and the stage to run again, in one line.
+A file is written to a temporary sibling, then renamed, so a killed stage leaves no half file; inside
+`outputs_together()` (a stage's whole run) the renames wait for the block's end, so a failed stage replaces none of
+its old outputs. Whether an output is the one its stage wrote is DVC's to know. The readers check what they can see,
+in one line: a missing file names the stage to run first; one that is not JSON or npz, or lacks a key asked for,
+names the stage to run again.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ _waiting: list[dict[Path, Path]] = []  # per open block: final path -> its tempo
 
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds (inside
-    outputs_together: at its end)."""
+    """A temporary path next to `path`, renamed onto it if the block succeeds (inside outputs_together: at its end)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -56,7 +54,7 @@ def pending(path: Path | str) -> bool:
 
 
 def _current(path: Path | str) -> Path:
-    """Where `path`'s content is now: its temporary file while it waits for the block's end."""
+    """Where `path`'s content is now: its temporary file while it waits."""
     return _waiting[-1][Path(path)] if pending(path) else Path(path)
 
 
@@ -96,9 +94,8 @@ def outputs_together() -> Iterator[None]:
 
 @contextmanager
 def captured_outputs() -> Iterator[dict[Path, bytes]]:
-    """Like outputs_together, but the files written inside are handed back as {path: bytes} instead of put in
-    place: the outputs of a unit of work run in another process, perhaps on another machine, which the stage that
-    submitted it writes among its own (write_files)."""
+    """Like outputs_together, but the files are handed back as {path: bytes}: a unit of work's outputs, perhaps
+    from another machine, which the stage writes among its own (write_files)."""
     files: dict[Path, bytes] = {}
     with _block() as renames:
         yield files
@@ -145,8 +142,7 @@ def write_text(path: Path | str, text: str) -> None:
 
 
 def write_npz(path: Path | str, **arrays: Any) -> None:
-    """Arrays into `path`; an infinite value among them is an overflow, an error, not a result (NaN stays: it
-    marks what was not computed)."""
+    """Arrays into `path`; an infinite value is an overflow, an error (NaN stays: it marks what was not computed)."""
     for name, array in arrays.items():
         array = np.asarray(array)
         if array.dtype.kind in "fc" and np.isinf(array).any():
@@ -163,14 +159,13 @@ def write_csv(path: Path | str, frame: Any, float_format: str = "%.10g") -> None
 
 
 def damaged(path: Path | str, error: Exception, producer: str | None = None, why: str | None = None) -> ToksError:
-    """The one-line error for a file a stage wrote that cannot be read back (truncated, overwritten, ...)."""
+    """The one-line error for a stage's output that cannot be read back."""
     again = f"run the {producer} stage again" if producer else "run the stage that writes it again"
     return ToksError(f"{path} is damaged ({why or type(error).__name__}): {again}")
 
 
 class Record(dict):
-    """A JSON object read from a stage's output: asking it for a key it lacks is that file's fault, told in one
-    line, not a KeyError."""
+    """A JSON object read from a stage's output: a key it lacks is that file's fault, told in one line."""
 
     def __init__(self, items: dict, path: Path | str, producer: str | None) -> None:
         super().__init__(items)
@@ -188,7 +183,7 @@ def require_output(path: Path | str, producer: str) -> Path:
 
 
 def read_json(path: Path | str, producer: str | None = None) -> Any:
-    """A JSON file another stage (`producer`: then a missing file names it) wrote."""
+    """A JSON file the stage `producer` wrote (a missing file names it)."""
     where = require_output(path, producer) if producer is not None else Path(path)
     try:
         return json.loads(where.read_text(), object_hook=lambda items: Record(items, path, producer))

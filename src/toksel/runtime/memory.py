@@ -13,6 +13,8 @@ import resource
 import sys
 from pathlib import Path
 
+import psutil
+
 from toksel.runtime.errors import ToksError
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
@@ -31,22 +33,13 @@ def keep_freed_memory() -> bool:
 
 
 def available_bytes() -> int | None:
-    """The memory a new allocation can have: the least of what the kernel says is available (MemAvailable), what
-    the container's cgroup still allows, and what this process's address-space limit (`ulimit -v`) leaves; None
-    where none of them says."""
-    bounds = [_meminfo_available(), _cgroup_left(), _address_space_left()]
-    known = [bound for bound in bounds if bound is not None]
-    return min(known) if known else None
-
-
-def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """The memory a new allocation can have: the least of what the kernel calls available, what the container's
+    cgroup still allows, and what the address-space limit (`ulimit -v`) leaves."""
+    bounds = [psutil.virtual_memory().available, _cgroup_left()]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        bounds.append(max(soft - psutil.Process().memory_info().vms, 0))
+    return min(bound for bound in bounds if bound is not None)
 
 
 def _cgroup_left() -> int | None:
@@ -64,23 +57,8 @@ def _cgroup_left() -> int | None:
     return None
 
 
-def _address_space_left() -> int | None:
-    """RLIMIT_AS less the address space this process already maps (VmSize)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
-        return None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmSize:"):
-                return max(soft - int(line.split()[1]) * 1024, 0)
-    except (OSError, ValueError, IndexError):
-        pass
-    return soft
-
-
 def require_memory(needed: int, what: str, fix: str) -> None:
     """One line, before anything is allocated, when `needed` bytes exceed the memory available."""
-    available = available_bytes()
-    if available is not None and needed > available:
+    if needed > (available := available_bytes()):
         raise ToksError(f"{what} would need {needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB "
                         f"available: {fix}")

@@ -1,11 +1,9 @@
-"""Run records: what a stage's MLflow runs will show, written into the stage's own outputs.
+"""Run records: what a stage's MLflow runs will show, written among the stage's own outputs.
 
-A stage never opens MLflow. Each of its runs (one per seed, and one nested in it per learning-rate trial, control
-or phase cell) is a RunRecord: its name, tags, the effective parameters it ran with, its metrics with their
-steps, and the files to show as its artifacts with their SHA-256. The stage writes its records, all together with
-its other outputs, to one JSON file under runs/ (a DVC output of its own): timings and memory live there, apart
-from the results that later stages read, so a rerun that computes the same numbers changes nothing downstream.
-`python -m toksel.publish` shows the records as MLflow runs (toksel.tracking.view).
+A stage never opens MLflow. Each of its runs (per seed, and nested in one per trial, control or phase cell) is a
+RunRecord: name, tags, effective parameters, metrics with their steps, and its artifacts with their SHA-256. The
+stage writes them to one JSON file under runs/, a DVC output apart from the results later stages read, so that a
+rerun with the same numbers but other timings changes nothing downstream. `python -m toksel.publish` shows them.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ Recorded = list[tuple[Path, dict[str, Any]]]  # (path, metrics) of every record_
 
 
 def peak_memory_mb() -> float:
-    """The peak resident memory of this process so far, in MiB: VmHWM on Linux, which starts afresh when the
-    process execs (ru_maxrss would include a 3 GiB parent that forked it)."""
+    """This process's peak resident memory in MiB: VmHWM on Linux (ru_maxrss would count a parent that forked it)."""
     status = Path("/proc/self/status")
     if status.exists():
         for line in status.read_text().splitlines():
@@ -55,8 +52,7 @@ def git_sha() -> str:
 
 
 def source_tags(stage: str) -> dict[str, str]:
-    """MLflow's own tags for where a run comes from (the git commit, the stage's module), and the DVC experiment's
-    name when `dvc exp run` started it (DVC sets DVC_EXP_NAME)."""
+    """MLflow's tags for where a run comes from, and the DVC experiment's name under `dvc exp run`."""
     tags = {"git_sha": git_sha(), "mlflow.source.git.commit": git_sha(), "mlflow.source.name": f"pipelines/{stage}.py",
             "mlflow.source.type": "LOCAL"}
     if os.environ.get("DVC_EXP_NAME"):
@@ -81,8 +77,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def differing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The keys whose values are not the same in every row, in the order they first appear (a row lacking one
-    counts as differing)."""
+    """The keys whose values differ among the rows (a row lacking one counts as differing), in order of appearance."""
     keys = dict.fromkeys(key for row in rows for key in row)
     return [key for key in keys if len({json.dumps(row.get(key), sort_keys=True, default=str) for row in rows}) > 1]
 
@@ -105,8 +100,8 @@ class RunRecord:
         self.outcome = ""  # what it found, in words, for the console's line (a stage's verdict counts)
 
     def record_metrics(self, path: Path, metrics: Mapping[str, Any], logged: Iterable[str] = ()) -> None:
-        """Write `metrics` but the telemetry to `path` (JSON, for DVC and the later stages) and record them all with
-        this process's peak memory so far; names in `logged` already ended their history on these values."""
+        """Write `metrics` but the telemetry to `path` (for DVC and later stages) and record them all with the peak
+        memory so far; names in `logged` already ended their history on these values."""
         results = without_telemetry(metrics)
         write_json(path, results)
         self.written = Path(path)
@@ -129,8 +124,8 @@ class RunRecord:
                 self.metrics.setdefault(name, []).extend(points)
 
     def log_artifact(self, path: Path | str, folder: str | None = None, pipeline: bool = False) -> None:
-        """A file of the stage's outputs to show with the run (in `folder`), and with the pipeline's parent run too
-        when `pipeline`; its SHA-256 now, so that the view shows these bytes or none."""
+        """A file of the stage's outputs to show with the run (in `folder`; with the pipeline's run too if `pipeline`),
+        and its SHA-256 now, so that the view shows these bytes or none."""
         self.artifacts.append({"path": str(path), "folder": folder, "sha256": file_sha256(path),
                                **({"pipeline": "yes"} if pipeline else {})})
 
@@ -155,8 +150,8 @@ class RunRecord:
 
     @contextmanager
     def child(self, name: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None) -> Iterator[RunRecord]:
-        """A run nested under this one, with this run's tags, `tags` on top and TRIAL_TAG = name, and this run's
-        parameters with the values its own work ran with (`params`: a trial's rate, an arm, a cell's d) on top."""
+        """A run nested under this one: this run's tags and parameters, with `tags`, TRIAL_TAG = name and its own
+        values (`params`: a trial's rate, an arm, a cell's d) on top."""
         child = RunRecord(name, {**self.tags, **tags, TRIAL_TAG: name}, {**self.params, **(params or {})},
                           recorded=self.recorded)
         child.label = f"{self.label}, {name}"
@@ -165,8 +160,7 @@ class RunRecord:
             yield child
 
     def detached(self) -> RunRecord:
-        """A copy of this run without what it has recorded, for runs nested in it elsewhere (a unit of work run in
-        another process: runtime/fanout.py), which `adopt` then takes in."""
+        """A copy without what it recorded, for runs nested in it in another process, which `adopt` then takes in."""
         copy = RunRecord(self.name, self.tags, self.params, recorded=[])
         copy.label = self.label
         return copy
@@ -188,8 +182,7 @@ def write_records(path: Path, records: list[RunRecord], pipeline: Mapping[str, s
 
 
 def gathered_metrics(recorded: Iterable[tuple[Path, Mapping[str, Any]]], folder: Path) -> dict[str, Any]:
-    """The metrics recorded inside `folder`, nested by their subfolders:
-    folder/seed0/metrics.json -> {"seed0": {...}}, folder/trained/seed0/metrics.json -> {"trained": {"seed0": ...}}."""
+    """The metrics recorded inside `folder`, nested by subfolder (trained/seed0/metrics.json: trained.seed0)."""
     gathered: dict[str, Any] = {}
     for path, metrics in recorded:
         try:

@@ -1,15 +1,11 @@
 """A stage's results belong to the parameters it read, and DVC's own record, dvc.lock, survives a kill.
 
-DVC records a stage's parameters when the stage ends, by reading params.yaml again. Two things would make that
-record lie; both are refused with one line (exit 2) before the stage's outputs replace the old ones:
-- params.yaml's values changed while the stage ran (an edit, or a second `dvc exp run`, which writes its
-  parameters into the workspace before it finds the first one's lock);
-- a second `dvc exp run` in a workspace where one already runs: DVC (3.x) lets it rewrite the running experiment's
-  records (`.dvc/tmp/exps/run/workspace/`) and parameters, so the first one's later stages would run with the
-  second's parameters under the first's name. The first stage of an experiment in the workspace claims it
-  (`.dvc/tmp/toksel-experiment.json`: DVC's process, by PID and start time); a stage of another experiment stops
-  while that process lives, and so does a stage whose experiment DVC's records no longer name. Queued
-  experiments run in folders of their own and are not concerned.
+DVC records a stage's parameters by reading params.yaml again when the stage ends. Two things would make that record
+lie, and are refused in one line before the stage's outputs replace the old ones: params.yaml changed while the stage
+ran; or a second `dvc exp run` in the workspace rewrote the running experiment's records (.dvc/tmp/exps/run/) and
+parameters, which DVC 3 lets it do. The first stage of a workspace experiment claims the workspace for its DVC
+process (by PID and start time): another experiment's stage stops while that process lives, and so does a stage
+whose experiment DVC's records no longer name. Queued experiments run in folders of their own.
 """
 
 from __future__ import annotations
@@ -33,10 +29,9 @@ ONE_AT_A_TIME = ("run experiments in one workspace one after the other, or queue
 
 
 def keep_lock_copy() -> None:
-    """Under DVC, copy dvc.lock as the stage starts. DVC rewrites the file in place after every stage (open, then
-    about 0.4 s of writing for this pipeline's); a kill in that window leaves it cut, and every later `dvc repro`
-    refuses to start. At a stage's start the file is whole: DVC wrote it before it started the stage.
-    `python -m tools.heal_lock` (which `make repro` runs first) puts this copy back in place of a cut file."""
+    """Under DVC, copy dvc.lock as the stage starts, when it is whole. DVC rewrites it in place after every stage
+    (about 0.4 s for this pipeline's); a kill then leaves it cut, and every later `dvc repro` refuses to start:
+    `python -m tools.heal_lock` (run by `make repro`) puts this copy back."""
     if os.environ.get("DVC_STAGE") and LOCK.is_file():
         _replace(LOCK_COPY, LOCK.read_bytes())
 
@@ -53,8 +48,7 @@ def check_params_unchanged(path: Path, digest_read: str) -> None:
 
 
 def _workspace_experiment() -> str | None:
-    """The name of the DVC experiment this stage runs in, if it runs in the workspace itself (not in a queued
-    experiment's own folder under .dvc/tmp/exps)."""
+    """The DVC experiment this stage runs in, if it runs in the workspace itself (not a queued one's folder)."""
     name = os.environ.get("DVC_EXP_NAME")
     root = os.environ.get("DVC_ROOT")
     if not name or not root or Path(root).resolve() != Path.cwd().resolve():
@@ -95,7 +89,7 @@ def check_experiment_alone() -> None:
 
 
 def _read_claim() -> dict | None:
-    """The claim on the workspace, or None where there is none, or one that is not a claim (no process named)."""
+    """The claim on the workspace; None where there is none, or not a valid one."""
     try:
         claim = json.loads(CLAIM.read_text())
         Process.parse(claim["process"])

@@ -1,8 +1,7 @@
-"""The runs table's saved views, one per kind of run: its runs alone, with the columns that tell them apart.
+"""The runs table's saved views, one per kind of run, with the columns that tell its runs apart.
 
-MLflow (3.15 and later) keeps a saved view of the runs table as an experiment tag `mlflow.sharedViewState.<id>`
-whose value holds the view's name and its state: the search (a filter on the `stage` tag) and the columns shown.
-The UI lists the views in its Views menu; `#/experiments/<id>/runs?viewStateShareKey=<id>` opens one.
+MLflow (3.15 and later) keeps a saved view as an experiment tag `mlflow.sharedViewState.<id>` holding its name and
+state (a search on the `stage` tag, the columns); `#/experiments/<id>/runs?viewStateShareKey=<id>` opens one.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def _column(kind: str, name: str) -> str:
 
 
 def _view(name: str, stage: str, columns: list[str], grouped_by: str | None = None) -> str:
-    """A view of the runs of `stage`; `grouped_by`, a tag: its runs in a group per value, listed flat (else the
-    table shows them folded under their parents)."""
+    """A view of the runs of `stage`, grouped by the tag `grouped_by` if given (else folded under their parents)."""
     state = {"searchFilter": f"tags.stage = '{stage}'", "orderByKey": "attributes.start_time", "orderByAsc": False,
              "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
              "selectedColumns": [_column("tags", "dataset"), *columns], "runsHiddenMode": "SHOW_ALL"}
@@ -47,8 +45,8 @@ def _view(name: str, stage: str, columns: list[str], grouped_by: str | None = No
 
 
 def save_views(client: Any, experiment_id: str, compared: list[str], pipeline_tag: str) -> None:
-    """A view per kind of run, its runs grouped by their pipeline run (`pipeline_tag`), and one of the pipelines'
-    parents with the values `compared` (those that differ among them) and the verdict counts."""
+    """A view per kind of run, grouped by pipeline run (`pipeline_tag`), and one of the pipelines' parents with the
+    values `compared` and the verdict counts."""
     views = {PIPELINES_VIEW: _view("toksel: pipelines, what differs and the verdicts", "pipeline",
                                        [*(_column("params", key) for key in compared),
                                         *(_column("metrics", name) for name in VERDICTS)])}

@@ -1,16 +1,12 @@
-"""MLflow as a view of the run records that the stages write under runs/ (runtime/records.py).
+"""MLflow as a view of the run records the stages write under runs/ (runtime/records.py).
 
-`publish` shows the records present as one run of the pipeline (current_pipeline): a DVC experiment, or the
-workspace at its params.yaml's values. Its parent run carries params.yaml's values (flattened; CHANGED_TAG names
-those that differ from the commit's) and the report's numbers (verdict counts, each claim's value), so that two
-experiments' parents compare in MLflow; it is made anew when those change, and the runs under it move to the new one;
-under it, a run per stage (and seed), named with the pipeline's name so that runs overlaid from two experiments
-tell apart; under those, their trials, controls and cells, one level at the most (deeper runs hang beside their
-parent, named after it). A run is known by its record: RECORD_TAG holds the SHA-256 of the record and of its
-parent's. Under the store's lock (runtime/experiment.py), publishing keeps the finished run of each record, makes
-the missing ones (parents first) and deletes every other run of the pipeline (one no record backs, one left
-unfinished by a killed publisher, one made twice): publishing twice is publishing once, and a rerun after a
-failure finishes the job. Other pipelines' runs stay: the same workspace values again reuse their parent.
+`publish` shows the records as one pipeline run (current_pipeline): a DVC experiment, or the workspace at its
+params.yaml's values. Its parent run carries those values (CHANGED_TAG names the ones that differ from the commit's)
+and the report's numbers, so that two experiments' parents compare; under it hangs a run per stage (and seed), named
+with the pipeline's name so that overlaid runs tell apart, and under those their trials, controls and cells (deeper
+runs hang beside their parent). A run is known by the SHA-256 of its record (RECORD_TAG). Under the store's lock,
+publish keeps the finished run of each record, makes the missing ones and deletes every other run of the pipeline
+(unbacked, unfinished or made twice): publishing twice is publishing once, and a rerun finishes a failed one.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ RECORDS = Path("runs")
 @dataclass
 class Spec:
     """One run to show: its record and where it hangs."""
-
     key: str
     record: dict[str, Any]
     pipeline: str
@@ -53,9 +48,9 @@ class Spec:
 @dataclass
 class Published:
     runs: int = 0  # in the store, one per record
-    records: int = 0  # of those, the stages' (not the parents': how many executions made the records varies)
+    records: int = 0  # of those, the stages' (not the parents')
     created: int = 0
-    removed: int = 0  # runs no record backs, unfinished or made twice, deleted
+    removed: int = 0
     skipped_artifacts: list[str] = field(default_factory=list)
 
 
@@ -65,8 +60,7 @@ def _digest(*parts: Any) -> str:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The pipeline run that the records under runs/ make up: a DVC experiment, or the workspace at its values."""
-
+    """The pipeline run the records make up: a DVC experiment, or the workspace at its values."""
     key: str
     name: str
     experiment: str  # the DVC experiment's name; "" for the workspace
@@ -76,8 +70,7 @@ class Pipeline:
 
 
 def _committed_values(path: Path) -> dict[str, Any] | None:
-    """params.yaml's values as HEAD has them, read as the workspace's are, flattened; None without git or a
-    committed file that reads."""
+    """params.yaml's values at HEAD, flattened; None without git or a committed file that reads."""
     try:
         text = subprocess.run(["git", "show", f"HEAD:{path.as_posix()}"], capture_output=True, text=True,
                               check=True).stdout
@@ -87,16 +80,15 @@ def _committed_values(path: Path) -> dict[str, Any] | None:
 
 
 def current_pipeline(path: Path = Path("params.yaml")) -> Pipeline:
-    """The DVC experiment being run (DVC_EXP_NAME), else the workspace named by its values' digest, so that a rerun
-    at the same values shows under the same parent and a change of values under a new one."""
+    """The DVC experiment being run (DVC_EXP_NAME), else the workspace named by its values' digest: the same values
+    show under the same parent, changed ones under a new one."""
     values = flatten(params_values(path)) if path.is_file() else {}
     committed = _committed_values(path)
-    changed = () if committed is None else tuple(key for key, value in values.items()
-                                                 if key not in committed or committed[key] != value)
-    experiment = os.environ.get("DVC_EXP_NAME", "")
-    digest = _digest(values)[:8]
-    name = experiment or f"workspace ({values.get('profile', '?')}) {digest}"
-    return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}", name, experiment,
+    changed = () if committed is None else tuple(key for key, value in values.items() if committed.get(key) != value
+                                                 or key not in committed)
+    experiment, digest = os.environ.get("DVC_EXP_NAME", ""), _digest(values)[:8]
+    return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}",
+                    experiment or f"workspace ({values.get('profile', '?')}) {digest}", experiment,
                     path.read_text() if path.is_file() else "", {key: str(value) for key, value in values.items()},
                     changed)
 
@@ -134,8 +126,7 @@ def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
 
 def _tree(run: dict, pipeline: Pipeline, root: str, parent_key: str, texts: dict[str, str], depth: int = 1,
           prefix: str = "") -> Iterator[Spec]:
-    """The run (a stage's at depth 1, named with the pipeline's name, known by its record and `root`) and the runs
-    nested in it; those below depth 2 hang beside their parent, their names after its."""
+    """The run and those nested in it; below depth 2 they hang beside their parent, named after it."""
     own = {name: value for name, value in run.items() if name != "children"}
     own["name"] = prefix + own["name"] + (f" [{pipeline.name}]" if depth == 1 else "")
     key = _digest(root, own)
@@ -148,7 +139,7 @@ def _tree(run: dict, pipeline: Pipeline, root: str, parent_key: str, texts: dict
 
 
 class Publisher:
-    """Rebuilds, in one MLflow store, the view of the specs' pipeline run, as the module says."""
+    """Rebuilds, in one MLflow store, the view of a pipeline run's specs, as the module says."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -157,45 +148,39 @@ class Publisher:
         self.published = Published()
 
     def _runs(self, tag: str, value: str) -> list[Any]:
-        """The store's runs whose tag `tag` is `value`."""
+        """The store's runs whose tag `tag` is `value`, every page."""
         found, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], f"tags.`{tag}` = '{value}'", max_results=1000,
                                            page_token=token)
             found.extend(page)
-            token = page.token
-            if not token:
+            if not (token := page.token):
                 return found
 
     def publish(self, specs: list[Spec]) -> Published:
-        """The view of one pipeline run's specs (read_specs), rebuilt."""
         if specs:
             with store_lock(self.uri):
                 self._rebuild(specs)
-                # what tells the pipelines apart: the values that differ among them (those that carry every value,
-                # with CHANGED_TAG; an older parent carries only its changed ones), or this one's changed values
-                parents = [run for run in self._runs("stage", "pipeline") if CHANGED_TAG in run.data.tags]
-                parent = specs[0].record
-                changed = [key for key in parent["tags"][CHANGED_TAG].split(", ") if key in parent["params"]]
-                compared = differing([run.data.params for run in parents]) if len(parents) > 1 else changed
-                save_views(self.client, self.experiment_id, compared,
+                # The pipelines' view shows the values that differ among the parents that carry every value
+                # (CHANGED_TAG marks them; an older publisher's carry only their changed ones), or this one's changed.
+                parents = [run.data.params for run in self._runs("stage", "pipeline") if CHANGED_TAG in run.data.tags]
+                own = specs[0].record
+                changed = [key for key in own["tags"][CHANGED_TAG].split(", ") if key in own["params"]]
+                save_views(self.client, self.experiment_id, differing(parents) if len(parents) > 1 else changed,
                            PIPELINE_KEY_TAG)
         return self.published
 
     def _rebuild(self, specs: list[Spec]) -> None:
         kept: dict[str, str] = {}  # record key -> run id
         runs = self._runs(PIPELINE_KEY_TAG, specs[0].pipeline)
+        wanted = {spec.key for spec in specs}
         for run in sorted(runs, key=lambda run: (run.info.start_time, run.info.run_id)):
             key = run.data.tags.get(RECORD_TAG)
-            if run.info.status == "RUNNING" or key in kept:
+            if run.info.status == "RUNNING" or key in kept or key not in wanted:
                 self.client.delete_run(run.info.run_id)
                 self.published.removed += 1
             else:
                 kept[key] = run.info.run_id
-        wanted = {spec.key for spec in specs}
-        for key in [key for key in kept if key not in wanted]:
-            self.client.delete_run(kept.pop(key))
-            self.published.removed += 1
         made = set()
         for spec in specs:  # parents first
             if spec.key not in kept:
@@ -223,10 +208,9 @@ class Publisher:
             self.client.log_batch(run_id, params=params[start : start + 100])
         for start in range(0, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[start : start + 1000])
-        for dataset in record["inputs"]:
-            self.client.log_inputs(run_id, [DatasetInput(Dataset(dataset["name"], dataset["digest"], "toksel",
-                                                                 dataset["source"]),
-                                                         [InputTag("mlflow.data.context", "training")])])
+        for data in record["inputs"]:
+            dataset = Dataset(data["name"], data["digest"], "toksel", data["source"])
+            self.client.log_inputs(run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")])])
         for artifact in record["artifacts"]:
             path = Path(artifact["path"])
             if not path.is_file() or file_sha256(path) != artifact["sha256"]:  # not the bytes the stage wrote
