@@ -32,7 +32,7 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def available_bytes() -> int | None:
+def available_bytes() -> int:
     """The memory a new allocation can have: the least of what the kernel calls available, what the container's
     cgroup still allows, and what the address-space limit (`ulimit -v`) leaves."""
     bounds = [psutil.virtual_memory().available, _cgroup_left()]

@@ -84,8 +84,8 @@ def current_pipeline(path: Path = Path("params.yaml")) -> Pipeline:
     show under the same parent, changed ones under a new one."""
     values = flatten(params_values(path)) if path.is_file() else {}
     committed = _committed_values(path)
-    changed = () if committed is None else tuple(key for key, value in values.items() if committed.get(key) != value
-                                                 or key not in committed)
+    changed = () if committed is None else tuple(key for key, value in values.items()
+                                                 if key not in committed or committed[key] != value)
     experiment, digest = os.environ.get("DVC_EXP_NAME", ""), _digest(values)[:8]
     return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}",
                     experiment or f"workspace ({values.get('profile', '?')}) {digest}", experiment,
