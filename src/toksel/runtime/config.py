@@ -31,7 +31,9 @@ def _check_interpolations(path: Path, params: Any) -> None:
             for name, value in node.items() if isinstance(node, dict) else enumerate(node):
                 walk(value, f"{key}.{name}".lstrip("."))
         elif isinstance(node, str) and "${" in node:
-            raise ToksError(f"config error: {key} = {node!r} in {path} is an interpolation: write the value itself")
+            raise ToksError(f"config error: {key} = {node!r} in {path} is an interpolation: write the value itself "
+                            "(DVC sees the text, not what it resolves to; an environment variable would be copied "
+                            "into the settings and MLflow)")
     walk(OmegaConf.to_container(params, resolve=False), "")
 
 
