@@ -80,7 +80,7 @@ def measure(problem: Problem, dataset: str, horizon: float, method: str, toleran
     start = time.perf_counter()
     run = run_gradient_flow(problem.E, problem.p0, problem.v, problem.bags, Integration(horizon, tolerance, method))
     middle = time.perf_counter()
-    finer = halved(problem.E, problem.p0, problem.v, problem.bags, run, horizon)
+    finer = halved(problem.E, problem.p0, problem.v, problem.bags, run)
     return Row(dataset, horizon, middle - start, time.perf_counter() - middle, run, finer)
 
 

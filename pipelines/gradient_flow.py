@@ -39,19 +39,27 @@ def gradient_flow(config: Config, run: RunRecord) -> None:
                           producer="one_step")
     train, tokens = PackedSplit.load(data / "train.npz"), read_token_table(data / "tokens.csv")
     settings = config.gradient_flow
-    watch = FlowWatch(run.label, settings.horizon, MAX_STEPS, f"datasets.{config.dataset}.gradient_flow.horizon")
+    horizon_key = f"datasets.{config.dataset}.gradient_flow.horizon"
+    watch = FlowWatch(run.label, settings.horizon, MAX_STEPS, horizon_key)
     try:
         flow = follow_gradient_flow(embeddings["E1"], embeddings["p0"], embeddings["v"], train, tokens, settings,
-                                    observe=watch)
+                                    observe=watch, stop_at_cap=True)
     finally:
         watch.close()
+    reached = bool(flow.metrics["horizon_reached"])
+    if not reached:
+        print(f"gradient_flow: seed {seed}: {MAX_STEPS:,} steps reached flow time {flow.trajectory.times[-1]:.3g} of "
+              f"the horizon {settings.horizon:.3g} (too stiff for it): the flow is kept as far as it went and its "
+              f"claims are not computed on this seed; {horizon_key} sets the horizon", file=sys.stderr)
     null = EmbeddingUpdate(embeddings["null_along_p"], embeddings["null_along_v"])
     # Lemma 4.2's control (a bounded flow) where the lemma is judged: two classes, and a flow whose statistic
-    # settled (an unsettled one is not tested, and needs no control).
+    # settled (an unsettled one is not tested, and needs no control). A flow stopped short of its horizon is
+    # judged on nothing, so it needs no control either.
     judged = not regime(config.dataset, config).unmet(BY_ID["lemma42_growth"].requires)
     settled = bool(flow.metrics["log_growth_settled"])
     controls = control_metrics(embeddings["E1"], null.applied(embeddings["E0"], embeddings["p0"], embeddings["v"]),
-                               embeddings["p0"], embeddings["v"], train, tokens, settings, bounded=judged and settled)
+                               embeddings["p0"], embeddings["v"], train, tokens, settings,
+                               bounded=judged and settled) if reached else {}
     report, trajectory = flow.report, flow.trajectory
     if settings.max_margin and not report.max_margin.solved:
         print(f"gradient_flow: the max-margin QP for the final selection is {report.max_margin.status} "

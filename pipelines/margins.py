@@ -27,7 +27,16 @@ from toksel.runtime.records import RunRecord
 from toksel.summaries.claims import Row, claims_table, publish_summary
 from toksel.summaries.markdown import number, table
 from toksel.theory.flow_field import FlowField
-from toksel.theory.margins import L2, adam, flow_name, follow_optimisers, margin_metrics, norm_name, sign_descent
+from toksel.theory.margins import (
+    L2,
+    NotFollowed,
+    adam,
+    flow_name,
+    follow_optimisers,
+    margin_metrics,
+    norm_name,
+    sign_descent,
+)
 from toksel.theory.max_margin import constraint_pairs
 
 SECTIONS = STAGE_SECTIONS["margins"]
@@ -37,7 +46,8 @@ DISCRETE = ("sign", "adam")  # the exploratory optimisers: no theorem names thei
 
 
 def seed_margins(config: Config, seed: int) -> dict[str, float]:
-    """One seed: every optimiser's end against every norm's solution, and its flows' halved-step agreement."""
+    """One seed: every optimiser's end against every norm's solution, and its flows' halved-step agreement; where
+    the claims' premise fails on its draw (NotFollowed), `followed` 0 and no claim metric (not computed)."""
     settings, folder = config.margins, data_dir(config.margins.dataset, seed)
     embeddings = read_npz(seed_dir(results_dir("one_step", settings.dataset), seed) / "embeddings.npz", "one_step")
     E1, p0, v = embeddings["E1"], embeddings["p0"], embeddings["v"]
@@ -45,8 +55,13 @@ def seed_margins(config: Config, seed: int) -> dict[str, float]:
     pairs = constraint_pairs(np.isin(train.bag_tokens, np.flatnonzero(tokens.important)), train)
     bags = FusedBags.from_split(train)
     # l_inf: the geometry sign descent's (and, for linear models, Adam's) direction is known to favour
-    solutions, flows = follow_optimisers(E1, p0, v, bags, pairs, settings.potentials, settings.horizon,
-                                         settings.tolerance, twin=True, also=(math.inf,))
+    try:
+        solutions, flows = follow_optimisers(E1, p0, v, bags, pairs, settings.potentials, settings.horizon,
+                                             settings.tolerance, twin=True, also=(math.inf,))
+    except NotFollowed as reason:
+        print(f"margins: seed {seed}: not computed: {reason}; the flows' settings are margins.horizon and "
+              f"margins.tolerance, the step's datasets.{settings.dataset}.one_step.eta0", file=sys.stderr)
+        return {"followed": 0.0, "constraints": float(len(pairs))}
     field = FlowField(E1, v, bags, 0.0)
     ends = {flow_name(q): end.p for q, end in flows.items()}
     ends |= {"sign": sign_descent(field, p0, settings.discrete_steps, settings.discrete_lr),
@@ -56,17 +71,17 @@ def seed_margins(config: Config, seed: int) -> dict[str, float]:
               "halved_norm_gap_max": max(end.halved_norm_gap for end in flows.values())}
     faithful = halved["halved_angle_max"] <= agreement and halved["halved_norm_gap_max"] <= agreement
     return (margin_metrics(ends, {flow_name(q): q for q in flows}, solutions) | halved
-            | {"flows_faithful": float(faithful), "constraints": float(len(pairs))}
+            | {"flows_faithful": float(faithful), "constraints": float(len(pairs)), "followed": 1.0}
             | {f"steps_{flow_name(q)}": float(end.steps) for q, end in flows.items()})
 
 
-def cosine_rows(config: Config, runs: dict[int, dict[str, dict[str, float]]]) -> tuple[list[str], list[str],
-                                                                                         np.ndarray]:
-    """The optimisers, the norms and the mean over seeds of each optimiser's cosine with each norm's solution."""
+def cosine_rows(config: Config, followed: list[dict[str, float]]) -> tuple[list[str], list[str], np.ndarray]:
+    """The optimisers, the norms and the mean over the followed seeds of each optimiser's cosine with each norm's
+    solution (NaN where no seed was followed)."""
     optimisers = [flow_name(q) for q in (L2, *config.margins.potentials)] + list(DISCRETE)
     norms = [norm_name(q) for q in (L2, *config.margins.potentials, math.inf)]
-    means = np.array([[np.mean([seed["margins"][f"cos_{name}_{norm}"] for seed in runs.values()]) for norm in norms]
-                      for name in optimisers])
+    means = np.array([[np.mean([seed[f"cos_{name}_{norm}"] for seed in followed]) if followed else math.nan
+                       for norm in norms] for name in optimisers])
     return optimisers, norms, means
 
 
@@ -76,7 +91,7 @@ def margins(config: Config, run: RunRecord) -> None:
         metrics = seed_margins(config, seed)
         runs[seed] = {"margins": metrics}  # as claims.measurements.margin_runs reads them back
         run.record_metrics(seed_dir(SEEDS, seed) / "metrics.json", metrics)
-        if not metrics["flows_faithful"]:
+        if metrics["followed"] and not metrics["flows_faithful"]:
             print(f"margins: seed {seed}: a flow and its twin of halved steps differ by more than "
                   f"margins.agreement = {settings.agreement:g} (angle "
                   f"{metrics['halved_angle_max']:.3g}, |p| {metrics['halved_norm_gap_max']:.3g}): lower "
@@ -84,24 +99,34 @@ def margins(config: Config, run: RunRecord) -> None:
     measurements = [measure(claim, settings.dataset, runs) for claim in MARGIN_CLAIMS]
     write_json(OUT / "claims.json", [item.as_record() for item in measurements])
     assessed = [assess(BY_ID[item.claim], item, config) for item in measurements]
-    optimisers, norms, means = cosine_rows(config, runs)
+    followed = [seed["margins"] for seed in runs.values() if seed["margins"]["followed"]]
+    skipped = [str(seed) for seed, found in runs.items() if not found["margins"]["followed"]]
+    optimisers, norms, means = cosine_rows(config, followed)
     save_figure(margins_figure(optimisers, norms, means), OUT / "margins.png")
     run.log_artifact(OUT / "margins.png")
-    every = [seed["margins"] for seed in runs.values()]
-    farthest = number(max(m["solutions_cosine"] for m in every))
+
+    def largest(metric: str) -> float | None:
+        return max((m[metric] for m in followed), default=None)
+
     summary = "\n".join([
         f"# Which margin an optimiser on p picks ({settings.dataset}, seeds {', '.join(map(str, sorted(runs)))}; "
         f"flows to t = {settings.horizon:g})", "",
         *claims_table([Row(item, settings.dataset, "margins") for item in assessed]), "",
+        *([f"Not computed on seed(s) {', '.join(skipped)}: the claims' premise fails on their draws (the stage's log "
+           "says why: gradient flow does not select the important tokens, or a flow cannot reach margins.horizon "
+           "within the step cap); "
+           + ("the claims are judged on the other seeds." if followed else "no seed is left to judge them on."),
+           ""] if skipped else []),
         "Each optimiser's end against each norm's hard-margin direction (cosine, mean over the seeds); sign descent "
         f"and Adam after {settings.discrete_steps:,} steps at lr {settings.discrete_lr:g}, exploratory:", "",
         *table(["optimiser", *norms], [[name, *map(number, row)] for name, row in zip(optimisers, means, strict=True)]),
-        "", f"The l_2 solution's largest cosine with another norm's: {farthest} "
+        "", f"The l_2 solution's largest cosine with another norm's: {number(largest('solutions_cosine'))} "
         f"(at most, over the seeds). Every flow's twin of halved steps within {settings.agreement:g}: "
-        f"{'yes' if all(m['flows_faithful'] for m in every) else 'no'} (largest angle "
-        f"{number(max(m['halved_angle_max'] for m in every))} rad).", "", "![margins.png](margins.png)"]) + "\n"
-    extra = {"solutions_cosine_max": max(m["solutions_cosine"] for m in every),
-             "flows_faithful": float(all(m["flows_faithful"] for m in every))}
+        f"{('yes' if all(m['flows_faithful'] for m in followed) else 'no') if followed else 'n/a'} (largest angle "
+        f"{number(largest('halved_angle_max'))} rad).", "", "![margins.png](margins.png)"]) + "\n"
+    extra = {"solutions_cosine_max": largest("solutions_cosine"),
+             "flows_faithful": float(all(m["flows_faithful"] for m in followed)) if followed else None,
+             **({"seeds_not_followed": float(len(skipped))} if skipped else {})}
     publish_summary(run, OUT, summary, claim_metrics(assessed) | extra, verdict_counts(assessed))
 
 

@@ -54,7 +54,7 @@ def test_halving_every_step_agrees_with_a_careful_run_and_not_with_a_careless_on
 
     def gaps(tolerance):
         run = run_gradient_flow(E1, *init, bags, Integration(1e4, tolerance))
-        finer = halved(E1, *init, bags, run, 1e4)
+        finer = halved(E1, *init, bags, run)
         assert np.array_equal(finer.times, run.times) and finer.steps == 2 * run.steps
         return agreement(run, finer, 1.0, 1.0)
 
@@ -169,7 +169,7 @@ def test_on_a_stiff_flow_the_implicit_methods_take_far_fewer_steps_and_their_hal
     implicit = run_gradient_flow(E, *init, bags, Integration(1e4, 1e-3, method))
     assert implicit.steps < explicit.steps / 10, (implicit.steps, explicit.steps)  # about 200 against 4,400
     assert agreement(explicit, implicit, 1.0, 1.0).faithful(0.02)
-    finer = halved(E, *init, bags, implicit, 1e4)
+    finer = halved(E, *init, bags, implicit)
     assert finer.method == method and finer.steps == 2 * implicit.steps
     assert {2 * step for step in implicit.rebuilds} <= set(finer.rebuilds)  # W built at the same flow times
     assert agreement(implicit, finer, 1.0, 1.0).faithful(0.02)
@@ -178,7 +178,7 @@ def test_on_a_stiff_flow_the_implicit_methods_take_far_fewer_steps_and_their_hal
 def test_the_implicit_methods_halved_check_can_fail():
     _, bags, init, E1 = _one_step_case(eta0=400.0)
     careless = run_gradient_flow(E1, *init, bags, Integration(1e4, 0.3, "implicit"))
-    assert not agreement(careless, halved(E1, *init, bags, careless, 1e4), 1.0, 1.0).faithful(0.02)
+    assert not agreement(careless, halved(E1, *init, bags, careless), 1.0, 1.0).faithful(0.02)
 
 
 def test_an_unknown_method_is_refused():
@@ -221,3 +221,19 @@ def test_a_flow_tells_its_observer_every_step_it_keeps():
     assert [steps for _, _, steps in seen] == list(range(1, trajectory.steps + 1))
     assert np.allclose(np.cumsum([step for _, step, _ in seen]), [t for t, _, _ in seen])
     assert seen[-1][0] == 500.0
+
+
+def test_a_flow_the_step_cap_stops_is_kept_as_far_as_it_went_or_refused(monkeypatch):
+    from toksel.theory import gradient_flow
+
+    _, bags, init, E1 = _one_step_case()
+    whole = run_gradient_flow(E1, *init, bags, Integration(1e5, 1e-3))
+    monkeypatch.setattr(gradient_flow, "MAX_STEPS", whole.steps // 2)
+    with pytest.raises(gradient_flow.StepCapReached, match="steps reached flow time"):
+        run_gradient_flow(E1, *init, bags, Integration(1e5, 1e-3))
+    stopped = run_gradient_flow(E1, *init, bags, Integration(1e5, 1e-3, stop_at_cap=True))
+    assert 1 < len(stopped.times) < len(whole.times) and stopped.times[-1] < 1e5
+    assert np.array_equal(stopped.times, whole.times[: len(stopped.times)])
+    assert np.allclose(stopped.p, whole.p[: len(stopped.times)])  # the same flow, cut short
+    finer = halved(E1, *init, bags, stopped)
+    assert np.array_equal(finer.times, stopped.times)  # the twin replays as far as the run went

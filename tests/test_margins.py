@@ -20,6 +20,7 @@ from toksel.theory.margins import (
     margin_metrics,
     preference,
     sign_descent,
+    unselected_share,
 )
 from toksel.theory.max_margin import cosine
 
@@ -95,3 +96,36 @@ def test_the_margins_stage_judges_its_two_claims_on_tiny_data(project):
     assert {f"cos_{name}_linf" for name in (flow_name(L2), "mirror_l1.5", "sign", "adam")} <= set(seed)
     assert (project / "results/margins/margins.png").stat().st_size > 10_000
     assert "| sign |" in (project / "results/margins/summary.md").read_text()
+
+
+def test_a_draw_whose_flow_does_not_select_the_important_tokens_is_not_computed_and_the_stage_ends_well(project):
+    """eta0 far below its window (0.5 here, against 60 above): gradient flow's end leaves important tokens
+    unselected, the mirror flows are not followed, and the claims say `not computed` instead of failing the stage."""
+    outside = [*TINY, "one_step.eta0=0.5"]
+    assert prepare.main(outside) == 0 and one_step.main(outside) == 0 and margins.main(outside) == 0
+    seed = json.loads((project / "results/margins/seeds/seed0/metrics.json").read_text())
+    assert seed["followed"] == 0.0 and "own_preference" not in seed
+    measured = json.loads((project / "results/margins/claims.json").read_text())
+    assert all(item["values"] == [None, None] for item in measured)
+    summary = (project / "results/margins/summary.md").read_text()
+    assert "Not computed on seed(s) 0, 1" in summary and "| not computed |" in summary
+    assert (project / "results/margins/margins.png").stat().st_size > 10_000
+
+
+def test_a_flow_that_reaches_the_step_cap_is_not_computed_with_the_key_that_sets_its_horizon(project, monkeypatch,
+                                                                                              capsys):
+    from toksel.theory import gradient_flow
+
+    assert prepare.main(TINY) == 0 and one_step.main(TINY) == 0
+    monkeypatch.setattr(gradient_flow, "MAX_STEPS", 5)  # the flows to 1e8 take a few hundred steps
+    assert margins.main(TINY) == 0
+    assert "5 steps reached flow time" in capsys.readouterr().err
+    assert json.loads((project / "results/margins/seeds/seed1/metrics.json").read_text())["followed"] == 0.0
+
+
+def test_unselected_share_counts_the_pairs_p_does_not_rank_apart():
+    E = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
+    pairs = np.array([[0, 1], [0, 2]])  # token 0 important against tokens 1 and 2
+    assert unselected_share(E, np.array([-1.0, -2.0]), pairs) == 0.0
+    assert unselected_share(E, np.array([1.0, 0.0]), pairs) == 0.5  # token 2 outranks it
+    assert unselected_share(E, np.array([0.0, 1.0]), pairs) == 1.0  # a tie (with token 2) is no selection

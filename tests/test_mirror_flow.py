@@ -56,7 +56,7 @@ def test_each_flow_converges_to_its_own_norms_margin():
         own = cosine(end, solutions[q])
         assert own > max(cosine(end, solutions[other]) for other in solutions if other != q), q
         assert own > 0.97, (q, own)  # logarithmically slowly: 0.976 for q = 1.5 at t = 1e8
-        twin = halved(E1, p0, v, bags, run, 1e8)
+        twin = halved(E1, p0, v, bags, run)
         assert twin.potential == q and cosine(twin.p[-1], end) > 1 - 1e-6
 
 

@@ -136,3 +136,18 @@ def test_a_stage_runs_every_seed_in_one_process_and_gathers_their_metrics(prepar
     assert one_step.main([*TINY, "seed=1"]) == 2  # one seed is base.seeds=[1]
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "base.seeds=[<seed>]" in error[0]
+
+
+def test_a_flow_stopped_by_the_step_cap_finishes_its_stage_and_its_claims_are_not_computed(prepared, monkeypatch,
+                                                                                         capsys):
+    from toksel.theory import gradient_flow as flow
+
+    monkeypatch.setattr(flow, "MAX_STEPS", 20)  # the tiny flow to 1e4 takes a few hundred
+    assert gradient_flow.main(TINY) == 0
+    metrics = json.loads((seed_folder(prepared, "gradient_flow", "synthetic") / "metrics.json").read_text())
+    assert metrics["horizon_reached"] == 0.0 and metrics["flow_time"] < 1e4
+    assert "datasets.synthetic.gradient_flow.horizon sets the horizon" in capsys.readouterr().err
+    assert evaluate.main(TINY) == 0
+    claims = {item["claim"]: item for item in json.loads((prepared / "results/evaluate/synthetic/claims.json")
+                                                        .read_text())}
+    assert claims["lemma44_selection"]["values"] == [None] and claims["lemma41_linear"]["values"] != [None]

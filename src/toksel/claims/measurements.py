@@ -57,7 +57,8 @@ def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
     folders += [(arm, results_dir("train", f"{dataset}/{arm}")) for arm in EMBEDDINGS] if arms else []
     for name, folder in folders:
         for seed, metrics in seed_metrics(folder, seeds).items():
-            runs[seed][name] = metrics
+            # a flow the step cap stopped short of its horizon says nothing of the claims read at the horizon
+            runs[seed][name] = {} if metrics.get("horizon_reached") == 0 else metrics
     return runs
 
 

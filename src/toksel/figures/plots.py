@@ -360,10 +360,11 @@ def margins_figure(optimisers: list[str], norms: list[str], cosines: np.ndarray)
     distance = np.clip(1 - cosines, 1e-4, None)
     image = axes.imshow(distance, cmap="viridis", norm=matplotlib.colors.LogNorm(vmin=1e-3, vmax=0.5))
     for row, column in np.ndindex(distance.shape):
-        axes.text(column, row, f"{cosines[row, column]:.3f}", ha="center", va="center", fontsize=8,
-                  color="w" if distance[row, column] < 0.02 else "k")
+        axes.text(column, row, f"{cosines[row, column]:.3f}" if np.isfinite(cosines[row, column]) else "not computed",
+                  ha="center", va="center", fontsize=8, color="w" if distance[row, column] < 0.02 else "k")
     for row, column in enumerate(np.argmin(distance, axis=1)):
-        axes.add_patch(plt.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#b2182b", lw=2))
+        if np.isfinite(distance[row, column]):  # a row not computed has no nearest solution
+            axes.add_patch(plt.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="#b2182b", lw=2))
     axes.set_xticks(range(len(norms)), [f"{norm} solution" for norm in norms], fontsize=8)
     axes.set_yticks(range(len(optimisers)), optimisers, fontsize=8)
     axes.set_title("which margin each optimiser picks: cos(end, solution), nearest outlined", fontsize=9)

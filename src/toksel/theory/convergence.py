@@ -31,6 +31,7 @@ from toksel.theory.gradient_flow import (
     RECORDS_PER_DOUBLING,
     Integration,
     Observer,
+    StepCapReached,
     Trajectory,
     halved,
     run_gradient_flow,
@@ -233,28 +234,30 @@ class FlowSettings(Protocol):
     method: str  # the integrator: explicit (gradient steps) or implicit (theory/stiff_flow.py)
 
 
-def integration_of(settings: FlowSettings) -> Integration:
-    return Integration(settings.horizon, settings.tolerance, settings.method)
+def integration_of(settings: FlowSettings, stop_at_cap: bool = False) -> Integration:
+    return Integration(settings.horizon, settings.tolerance, settings.method, stop_at_cap=stop_at_cap)
 
 
 def follow_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, train: PackedSplit, tokens: TokenTable,
                          settings: FlowSettings, observe: Observer | None = None,
-                         important_direction: bool = True) -> GradientFlowResult:
+                         important_direction: bool = True, stop_at_cap: bool = False) -> GradientFlowResult:
     """The flow on p from p0 with E frozen, on the training split, to flow time settings.horizon; the theory
     checks along the way (without `important_direction`, cos_max_margin_important is left null: a second QP
-    that not every caller reads); the same run with its steps halved, and how far the two differ."""
+    that not every caller reads); the same run with its steps halved, and how far the two differ. With
+    `stop_at_cap`, a flow that needs more steps than the cap is analysed where it stopped (horizon_reached 0)."""
     bags = FusedBags.from_split(train, tokens.num_classes)
-    trajectory = run_gradient_flow(E, p0, v, bags, integration_of(settings), observe=observe)
+    trajectory = run_gradient_flow(E, p0, v, bags, integration_of(settings, stop_at_cap), observe=observe)
     report = analyse_trajectory(trajectory, E, train, tokens.important, settings.selection_tol, settings.max_margin,
                                 important_direction)
-    finer = halved(E, p0, v, bags, trajectory, settings.horizon)
+    finer = halved(E, p0, v, bags, trajectory)
     finer_selection = selection_fraction(selected_entries(E @ finer.p[-1] / np.linalg.norm(finer.p[-1]), train,
                                                           settings.selection_tol), tokens.important, train)
     check = agreement(trajectory, finer, float(report.history["selection_fraction"][-1]), finer_selection)
     metrics = {**report.final_metrics(), **importance_scores(E @ trajectory.p[-1], tokens),
                **growth_settledness(trajectory.times, trajectory.p_norm).metrics(),
                **check.metrics(settings.agreement), "steps": float(trajectory.steps),
-               "rejected_steps": float(trajectory.rejected), "first_step_change": trajectory.first_step_change}
+               "rejected_steps": float(trajectory.rejected), "first_step_change": trajectory.first_step_change,
+               "horizon_reached": float(trajectory.times[-1] >= settings.horizon)}
     return GradientFlowResult(trajectory, finer, report, metrics)
 
 
@@ -274,12 +277,19 @@ def control_metrics(E1: np.ndarray, E1_null: np.ndarray, p0: np.ndarray, v: np.n
     if bounded:
         bags = FusedBags.from_split(train, tokens.num_classes)
         penalty = settings.control_penalty / settings.horizon
-        flow = run_gradient_flow(E1, p0, v, bags, integration_of(settings), penalty=penalty)
-        finer = halved(E1, p0, v, bags, flow, settings.horizon, penalty=penalty)
-        controls |= {"control_log_growth": log_growth(flow.times, flow.p_norm),
-                     "control_p_norm": float(flow.p_norm[-1]),
-                     "control_flow_faithful": float(agreement(flow, finer, 0.0, 0.0).faithful(settings.agreement))}
+        try:
+            flow = run_gradient_flow(E1, p0, v, bags, integration_of(settings), penalty=penalty)
+            finer = halved(E1, p0, v, bags, flow, penalty=penalty)
+            controls |= {"control_log_growth": log_growth(flow.times, flow.p_norm),
+                         "control_p_norm": float(flow.p_norm[-1]),
+                         "control_flow_faithful": float(agreement(flow, finer, 0.0, 0.0).faithful(settings.agreement))}
+        except StepCapReached:  # a control that cannot reach the horizon is not computed
+            controls |= dict.fromkeys(("control_log_growth", "control_p_norm", "control_flow_faithful"))
     if settings.max_margin:
-        null = follow_gradient_flow(E1_null, p0, v, train, tokens, settings).metrics
-        controls |= {f"control_{name}": null[name] for name in ("selection_fraction", "cos_max_margin_important")}
+        names = ("selection_fraction", "cos_max_margin_important")
+        try:
+            null = follow_gradient_flow(E1_null, p0, v, train, tokens, settings).metrics
+            controls |= {f"control_{name}": null[name] for name in names}
+        except StepCapReached:
+            controls |= {f"control_{name}": None for name in names}
     return controls

@@ -46,6 +46,10 @@ Observer = Callable[[float, float, int], None]  # told (t, the step's length, st
 FIRST_STEP = 1e-3  # the first step's length, as a share of max(|p_0|, 1): the controller takes it from there
 
 
+class StepCapReached(ToksError):
+    """A flow that needs more than MAX_STEPS steps to reach its horizon; the caller names the key that sets it."""
+
+
 def record_times(horizon: float) -> np.ndarray:
     """0, then horizon 2^(-k/3) for k = 60, ..., 0: three records per doubling of t, the last at the horizon."""
     exponents = np.arange(RECORDS_PER_DOUBLING * RECORDED_DOUBLINGS, -1, -1) / RECORDS_PER_DOUBLING
@@ -129,6 +133,8 @@ class Integration:
     tolerance: float
     method: str = "explicit"
     potential: float = 2.0
+    stop_at_cap: bool = False  # True: a flow that needs more than MAX_STEPS steps ends there (its records so far);
+    # False: StepCapReached
 
 
 def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, integration: Integration,
@@ -138,20 +144,21 @@ def run_gradient_flow(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedB
     stepper = _stepper(integration.method, E, v, bags, penalty, potential=integration.potential)
     with pass_threads(len(bags.tokens), E.size), _blas_threads(integration.method):
         run = _integrate(stepper, p0.astype(np.float64, copy=True), record_times(integration.horizon),
-                         integration.tolerance, observe)
+                         integration.tolerance, observe, integration.stop_at_cap)
     return replace(_counted(run, integration.method, stepper), tolerance=integration.tolerance,
                    potential=integration.potential)
 
 
-def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: Trajectory, horizon: float,
+def halved(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, run: Trajectory,
            penalty: float = 0.0) -> Trajectory:
     """`run` again with every one of its steps split into two of half the length, by the same method: the same
-    flow times, twice the steps. Where the steps follow the flow, the two agree to the discretisation's error."""
+    flow times (those it recorded: a run the step cap stopped is replayed as far as it went), twice the steps.
+    Where the steps follow the flow, the two agree to the discretisation's error."""
     stepper = _stepper(run.method, E, v, bags, penalty, rebuilds=tuple(2 * step for step in run.rebuilds),
                        tolerance=run.tolerance, potential=run.potential)
     halves = np.repeat(run.step_sizes / 2, 2)
     with pass_threads(len(bags.tokens), E.size), _blas_threads(run.method):
-        replay = _replay(stepper, p0.astype(np.float64, copy=True), record_times(horizon), halves)
+        replay = _replay(stepper, p0.astype(np.float64, copy=True), run.times, halves)
     return replace(_counted(replay, run.method, stepper), potential=run.potential)
 
 
@@ -168,7 +175,7 @@ def _counted(run: Trajectory, method: str, stepper: Stepper) -> Trajectory:
 
 
 def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: float,
-               observe: Observer | None) -> Trajectory:
+               observe: Observer | None, stop_at_cap: bool = False) -> Trajectory:
     loss, gradient = stepper.field(p)
     losses, snapshots, sizes, rejected = [loss], [p.copy()], [], 0
     start_norm = max(float(np.linalg.norm(p)), 1e-300)
@@ -194,8 +201,11 @@ def _integrate(stepper: Stepper, p: np.ndarray, times: np.ndarray, tolerance: fl
         if observe is not None:
             observe(t, step, len(sizes))
         if len(sizes) > MAX_STEPS:
-            raise ToksError(f"gradient flow: {MAX_STEPS:,} steps reached flow time {t:.3g} of the horizon "
-                            f"{times[-1]:.3g}: the problem is too stiff for it; lower gradient_flow.horizon")
+            if stop_at_cap:  # the records so far: the flow as far as the cap let it go
+                times = times[:len(losses)]
+                break
+            raise StepCapReached(f"gradient flow: {MAX_STEPS:,} steps reached flow time {t:.3g} of the horizon "
+                                 f"{times[-1]:.3g}: the problem is too stiff for it")
         if t >= times[record] * (1 - 1e-12):
             t = times[record]
             losses.append(loss)
