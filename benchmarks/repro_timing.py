@@ -1,7 +1,8 @@
 """Where a whole `dvc repro -f` spends its time, by stage kind.
 
-`python -m benchmarks.repro_timing run LOG` runs `dvc repro -f` in the project, stamping every line of its output
-with the time (seconds since the epoch) into LOG; `python -m benchmarks.repro_timing table LOG [LOG ...]` reads
+`python -m benchmarks.repro_timing run LOG [COMMAND ...]` runs COMMAND (default `dvc repro -f`; e.g. `make quick`
+or `dvc exp run -S key=value`) in the project, stamping every line of its output with the time (seconds since the
+epoch) into LOG; `python -m benchmarks.repro_timing table LOG [LOG ...]` reads
 such logs and prints, per stage kind, the stages run and the seconds they took (a stage lasts from its
 "Running stage" line to the next one, or to the end of the run), one column per log, as Markdown.
 Run it with the project's environment active (the stages call `python`) and the data mirror set.
@@ -31,11 +32,11 @@ class Breakdown:
         return sum(self.stages.get(kind, []))
 
 
-def run(log: Path) -> int:
-    """`dvc repro -f`, every output line stamped with the time, into `log`."""
+def run(log: Path, command: list[str] | None = None) -> int:
+    """`command` (`dvc repro -f`), every output line stamped with the time, into `log`."""
     # Unbuffered, or DVC's lines reach the pipe in blocks and their stamps say when a block was full.
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with log.open("w", buffering=1) as out, subprocess.Popen(["dvc", "repro", "-f"], stdout=subprocess.PIPE,
+    with log.open("w", buffering=1) as out, subprocess.Popen(command or ["dvc", "repro", "-f"], stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True, env=environment) as process:
         for line in process.stdout:
             out.write(f"{int(time.time())} {line}")
@@ -97,11 +98,11 @@ def table(logs: list[Path]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) >= 2 and args[0] == "run":
-        return run(Path(args[1]))
+        return run(Path(args[1]), args[2:])
     if len(args) >= 2 and args[0] == "table":
         print("\n".join(table([Path(name) for name in args[1:]])))
         return 0
-    print("usage: python -m benchmarks.repro_timing run LOG | table LOG [LOG ...]", file=sys.stderr)
+    print("usage: python -m benchmarks.repro_timing run LOG [COMMAND ...] | table LOG [LOG ...]", file=sys.stderr)
     return 2
 
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-
-import torch
+from typing import TYPE_CHECKING
 
 from pipelines.sections import STAGE_SECTIONS
 from toksel.claims.measurements import curve_settings
@@ -27,24 +26,23 @@ from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.synthetic import pair_rows, vocabulary
 from toksel.data.token_table import read_token_table
-from toksel.models.initial import initialise
-from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.params import Config
 from toksel.runtime.cli import run_stage
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
-from toksel.training.fit import FitPlan, checkpoint_dir, fit_key, parameter_dtype
-from toksel.training.protocol import Protocol, train_with_control
-from toksel.training.record import TokenReading, record_fit
-from toksel.training.sequence_classifier import SequenceModule, accuracy_on
-from toksel.training.sequence_data import SequenceDataModule
+
+if TYPE_CHECKING:
+    from toksel.training.sequence_classifier import SequenceModule
+    from toksel.training.sequence_data import SequenceDataModule
 
 SCORE_LABELS = {"two_layer_kq": "$p^T W_{KQ}^{(2)} E_s$"}  # the rebuttal's plotted score with a trained W_KQ^(2)
 
 
 def pair_accuracy(config: Config, module: SequenceModule) -> dict[str, float]:
     """On a pair dataset: the accuracy on the test sequences that carry a pair, and how many there are."""
+    from toksel.training.sequence_classifier import accuracy_on
+
     synthetic = config.data.synthetic
     vocab = vocabulary(synthetic.mode, synthetic.n_positive, synthetic.n_negative, synthetic.n_irrelevant)
     test = PackedSplit.load(data_dir(config.dataset, config.seed) / "test.npz")
@@ -54,6 +52,17 @@ def pair_accuracy(config: Config, module: SequenceModule) -> dict[str, float]:
 
 
 def ablation(config: Config, run: RunRecord, stage: str = "ablation") -> None:
+    # torch and Lightning where a fit runs: in each seed's process, not in the one that hands the seeds out
+    import torch
+
+    from toksel.models.initial import initialise
+    from toksel.models.sequence import LAYOUTS, SequenceClassifier
+    from toksel.training.fit import FitPlan, checkpoint_dir, fit_key, parameter_dtype
+    from toksel.training.protocol import Protocol, train_with_control
+    from toksel.training.record import TokenReading, record_fit
+    from toksel.training.sequence_classifier import SequenceModule
+    from toksel.training.sequence_data import SequenceDataModule
+
     settings, training, dataset, seed = config.sequence, config.train, config.dataset, config.seed
     scale, variant = settings.profile, f"{dataset}/{settings.variant}"
     run.set_tag("variant", settings.variant)

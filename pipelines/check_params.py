@@ -15,6 +15,7 @@ from pathlib import Path
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import write_text
+from toksel.runtime.workspace import workspace_experiment
 
 VERDICT = Path("results") / "check_params" / "valid.txt"
 
@@ -24,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_config(argv)  # every dataset entry is validated too, whichever one runs
     except ToksError as error:
-        print(f"check_params: {error}", file=sys.stderr)
+        # `dvc exp run -S` in the workspace wrote the refused value into params.yaml and leaves it there
+        left = ("; params.yaml keeps what `dvc exp run` wrote into it (DVC rewrote the file, comments gone): `git diff "
+                "params.yaml` shows it, `git checkout params.yaml` undoes it" if workspace_experiment() else "")
+        print(f"check_params: {error}{left}", file=sys.stderr)
         return 2
     write_text(VERDICT, "params.yaml passed validation\n")
     return 0

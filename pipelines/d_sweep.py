@@ -32,14 +32,10 @@ from toksel.runtime.io import read_json, write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
-from toksel.training.arms import Arms
-from toksel.training.fit import FitPlan, checkpoint_dir, fit_key
-from toksel.training.protocol import Protocol, train_with_control
-from toksel.training.record import TRAIN_BINNED, TokenReading
+from toksel.theory.token_curves import SPREADS, TRAIN_BINNED
 
 SECTIONS = STAGE_SECTIONS["d_sweep"]
 SWEPT = ("trained", "untrained", "one_step")  # E trained, frozen at its random initialisation, frozen at E1
-SPREADS = ("bin_spread_v", "bin_spread_p", "bin_std_v", "bin_std_p")
 KEPT = ("test_accuracy", "test_loss", "lr", "lr_at_edge", "epochs", "stopped_epoch", "best_epoch", "budget_bound",
         *SPREADS, *(TRAIN_BINNED + name for name in SPREADS))
 
@@ -68,6 +64,12 @@ class SweepPoint:
 
 def sweep_point(point: SweepPoint) -> tuple[list[dict], RunRecord]:
     """The swept arms at one d and seed: their rows, and the copy of the stage's run that holds their runs."""
+    # Lightning (and torch) where a fit runs: in the point's process, not in the one that hands the points out
+    from toksel.training.arms import Arms
+    from toksel.training.fit import FitPlan, checkpoint_dir, fit_key
+    from toksel.training.protocol import Protocol, train_with_control
+    from toksel.training.record import TokenReading
+
     config, d, seed, run = point.config, point.d, point.seed, point.run
     settings, folder = config.train, data_dir(config.dataset, point.seed)
     arms = Arms(config, folder, seed, d)

@@ -29,15 +29,18 @@ from toksel.runtime.io import write_csv
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.runtime.progress import show_progress
 from toksel.runtime.records import RunRecord
-from toksel.training.arms import Arms
-from toksel.training.fit import FitPlan, checkpoint_dir, fit_key
-from toksel.training.protocol import Protocol, train_with_control
-from toksel.training.record import TokenReading, record_fit
 
 SECTIONS = STAGE_SECTIONS["train"]
 
 
 def train(config: Config, run: RunRecord) -> None:
+    # Lightning (and torch) where a fit runs: in each seed's process, not in the one that hands the seeds out, which
+    # would import them first (4 to 5 s) while the seeds wait
+    from toksel.training.arms import Arms
+    from toksel.training.fit import FitPlan, checkpoint_dir, fit_key
+    from toksel.training.protocol import Protocol, train_with_control
+    from toksel.training.record import TokenReading, record_fit
+
     settings, dataset, seed = config.train, config.dataset, config.seed
     folder = data_dir(dataset, seed)
     arms = Arms(config, folder, seed, config.model.d)

@@ -107,3 +107,21 @@ def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(
     assert table[0].split()[0] == "workspace" and table[0].split()[-1] == "small"
     rows = {row.split()[0]: row.split()[-1] for row in table[1:]}
     assert rows["profile"] == "tiny"  # the tiny params already run one seed: the profile alone differs
+
+
+def test_a_refused_workspace_experiment_says_what_it_left_in_params_yaml_and_how_to_undo_it(tmp_path):
+    project = _one_stage_project(tmp_path)
+    (project / "dvc.yaml").write_text((project / "dvc.yaml").read_text().replace(
+        "    cmd: sleep $TEST_DELAY && python -m pipelines.prepare dataset=synthetic\n",
+        "    cmd: python -m pipelines.check_params && python -m pipelines.prepare dataset=synthetic\n"))
+    subprocess.run(["git", "commit", "-qam", "check first", "--author", "t <t@t>"], cwd=project, check=True,
+                   env={**dvc_environment(), "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    refused = subprocess.run(["dvc", "exp", "run", "-S", "datasets.synthetic.data.synthetic.n_train=-5"], cwd=project,
+                             env={**dvc_environment(), "TEST_DELAY": "0"}, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0
+    said = [line for line in (refused.stdout + refused.stderr).splitlines() if line.startswith("check_params:")]
+    assert len(said) == 1 and "`git checkout params.yaml` undoes it" in said[0], refused.stdout + refused.stderr
+    left = subprocess.run(["git", "diff", "--quiet", "params.yaml"], cwd=project)
+    assert left.returncode == 1  # the line is true: params.yaml holds what DVC wrote
+    subprocess.run(["git", "checkout", "params.yaml"], cwd=project, check=True)
+    assert subprocess.run(["git", "diff", "--quiet"], cwd=project).returncode == 0  # and the undo is whole

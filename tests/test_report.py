@@ -417,3 +417,18 @@ def test_experiments_are_compared_among_themselves_a_row_per_value_that_differs(
     lines = narrowed([_shown_row(None, "workspace", [0, 1, 2, 3, 4], 12.0), baseline])
     assert lines[0].split() == ["workspace", "aaaaaaa", "quick-1"]
     assert lines[1].split()[0] == "base.seeds" and lines[2].split() == ["held", "12", "12", "5"]
+
+
+def test_an_experiment_running_in_the_workspace_is_named_so_and_not_shown_again_as_the_workspace():
+    """While `dvc exp run` runs in the workspace, DVC shows its values twice: as the workspace's row and as the
+    running experiment's (executor state `running`, name `workspace`)."""
+    running = _shown_row("eta0-50", "workspace", [0, 1], 4.0, 50.0)
+    baseline = _shown_row(None, "a" * 40, [0, 1, 2, 3, 4], 12.0)
+    baseline["experiments"] = [{"name": "eta0-50", "executor": {"state": "running", "name": "workspace"},
+                                "revs": [running]}]
+    lines = narrowed([_shown_row(None, "workspace", [0, 1], 4.0, 50.0), baseline])
+    assert lines[0].split() == ["aaaaaaa", "eta0-50", "(running)"]
+    assert "workspace" not in lines[0]
+    baseline["experiments"][0]["executor"] = {"state": "running", "name": "dvc-task-1"}  # in a queue's folder
+    assert narrowed([_shown_row(None, "workspace", [0, 1, 2, 3, 4], 12.0), baseline])[0].split() == [
+        "workspace", "aaaaaaa", "eta0-50", "(running)"]

@@ -24,6 +24,7 @@ from toksel.data.sources import MIRROR_ENV
 from toksel.params import Config
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
+from tools.plan import describe, planned
 
 
 def settings(tree: dict[str, Any], prefix: str = "") -> list[str]:
@@ -102,18 +103,51 @@ def main(argv: list[str] | None = None) -> int:
     except ToksError as error:
         print(f"profile: {error}", file=sys.stderr)
         return 2
-    experiment, options = experiment_name(name, argv[1:])
     print(f"profile {name}: the real datasets from {source}" if source else
           f"profile {name}: no TOKSEL_DATA_MIRROR and HF_HUB_OFFLINE is set: the synthetic datasets only "
           f"({' '.join(targets)})", flush=True)
-    command = ["dvc", "exp", "run", "--temp", *targets,
-               *(arg for setting in settings(profile) for arg in ("-S", setting)), *options]
+    profile_settings = [arg for setting in settings(profile) for arg in ("-S", setting)]
+    if "--dry" in argv[1:]:  # DVC's own --dry fails on a pipeline (tools/plan.py says why): the plan instead
+        plan, code = planned([*targets, *profile_settings, *argv[1:]])
+        print("\n".join(f"profile {name}: {line}" for line in describe(plan)), flush=True)
+        return code
+    experiment, options = experiment_name(name, argv[1:])
+    command = ["dvc", "exp", "run", "--temp", *targets, *profile_settings, *options]
     done = subprocess.run(command).returncode
     if done == 0:
-        print(f"profile {name}: its results are in the DVC experiment {experiment}, not in the workspace: "
-              f"`dvc exp show` lists it, `dvc exp apply {experiment}` brings its files here; MLflow shows its runs "
-              f"under the parent {experiment}", flush=True)
+        print(f"profile {name}: {closing(experiment)}", flush=True)
     return done
+
+
+def closing(experiment: str) -> str:
+    """Where the experiment's results are, naming only what exists: the DVC experiment, its MLflow parent run."""
+    listed = subprocess.run(["dvc", "exp", "list", "--name-only"], capture_output=True, text=True).stdout.split()
+    if experiment not in listed:
+        return (f"DVC kept no experiment {experiment} (nothing ran, or it was not saved): `dvc exp show` lists "
+                "those kept")
+    where = (f"its results are in the DVC experiment {experiment}, not in the workspace: `dvc exp show` lists it, "
+             f"`dvc exp apply {experiment}` brings its files here; ")
+    if parent_run(experiment):
+        return where + f"MLflow shows its runs under the parent run {experiment} (make ui)"
+    return where + ("MLflow has no run of it yet (its publish stage did not run: it runs last, after the report); "
+                    "`python -m toksel.publish` in the workspace after `dvc exp apply` shows it")
+
+
+def parent_run(experiment: str) -> bool:
+    """Whether the MLflow store holds the experiment's parent run (publish made it); False where it cannot say."""
+    from toksel.runtime.experiment import experiment_name, quiet_mlflow
+    from toksel.runtime.paths import tracking_uri
+
+    quiet_mlflow()
+    from mlflow import MlflowClient
+
+    try:
+        client = MlflowClient(tracking_uri())
+        found = client.get_experiment_by_name(experiment_name())
+        wanted = f"tags.stage = 'pipeline' and tags.`dvc.experiment` = '{experiment}'"
+        return found is not None and bool(client.search_runs([found.experiment_id], wanted, max_results=1))
+    except Exception:  # noqa: BLE001 (a store that does not answer: the line says what it knows)
+        return False
 
 
 if __name__ == "__main__":

@@ -35,9 +35,11 @@ def _values(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def runs(shown: Sequence[Mapping[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Every row of `dvc exp show --json` with its values, by name, and the names of the experiments among them."""
+    """Every row of `dvc exp show --json` with its values, by name, and the names of the experiments among them. An
+    experiment still running is named so; where it runs in the workspace, the workspace's row is its values (DVC
+    shows them twice), so that row goes."""
     found: dict[str, dict[str, Any]] = {}
-    experiments = []
+    experiments, running_here = [], False
     for baseline in shown:
         if baseline.get("data"):
             revision = baseline.get("rev") or "?"
@@ -46,9 +48,14 @@ def runs(shown: Sequence[Mapping[str, Any]]) -> tuple[dict[str, dict[str, Any]],
         for experiment in baseline.get("experiments") or []:
             revision = (experiment.get("revs") or [{}])[0]
             name = experiment.get("name") or revision.get("name") or (revision.get("rev") or "?")[:7]
+            executor = experiment.get("executor") or {}
+            if executor.get("state") == "running":
+                name, running_here = f"{name} (running)", running_here or executor.get("name") == "workspace"
             if revision.get("data"):  # a failed or queued experiment has none
                 found[name] = _values(revision["data"])
                 experiments.append(name)
+    if running_here:
+        found.pop("workspace", None)
     return found, experiments
 
 

@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 
+from toksel.runtime.cli import PLAN_ENV, PLANNED
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import write_json
 from toksel.runtime.paths import tracking_uri
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip())
         return 0
+    if os.environ.get(PLAN_ENV):  # a plan (tools/plan.py): the view is not touched
+        print("publish: would run (a plan: nothing published)", flush=True)
+        return PLANNED
     uri = argv[0] if argv else tracking_uri()
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")

@@ -24,9 +24,8 @@ from toksel.claims.verdict import seed_interval
 from toksel.params import EMBEDDINGS, Config
 from toksel.runtime.paths import results_dir, seed_dir
 from toksel.summaries.markdown import number
+from toksel.theory.token_curves import SPREADS, TRAIN_BINNED
 
-SPREADS = ("bin_spread_v", "bin_spread_p", "bin_std_v", "bin_std_p")  # scale-free, then raw
-TRAIN_BINNED = "train_binned_"  # the same, binned by the training split's statistics (training/record.py)
 CONVERGENCE_HEADER = ["dataset", "arm", "fit", "learning rates", "stopped at epoch", "best epoch",
                       "ended by the epoch budget", "test accuracy"]
 

@@ -52,6 +52,8 @@ StageBody = Callable[[Config, RunRecord], None]
 SeedsFolder = Callable[[Config], Path]  # where a stage that runs every seed keeps them: <folder>/seed<k>/...
 Seeds = Callable[[Config], list[int]]  # the seeds a stage runs, if not all of base.seeds
 Variant = Callable[[Config], str]  # what tells a stage's runs on one dataset apart, for their names
+PLAN_ENV = "TOKSEL_PLAN"  # set by tools/plan.py: a stage DVC starts says it would run, and ends at once
+PLANNED = 3  # its exit code: DVC then skips the stages that read its outputs, which would run after it
 
 
 def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequence[str] | None = None,
@@ -68,6 +70,9 @@ def run_stage(stage: str, sections: tuple[str, ...], body: StageBody, argv: Sequ
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in ("-h", "--help") for arg in argv):
         return _help(stage, sections, [arg for arg in argv if arg not in ("-h", "--help")])
+    if os.environ.get(PLAN_ENV):
+        print(f"{stage}: would run (a plan: nothing computed)", flush=True)
+        return PLANNED
     silence_known_warnings()
     with _signals_raise():
         return _run(stage, sections, body, argv, every_seed, seeds, from_command_line,

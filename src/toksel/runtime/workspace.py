@@ -47,7 +47,7 @@ def check_params_unchanged(path: Path, digest_read: str) -> None:
                         "workspace): its outputs are not replaced; run it again")
 
 
-def _workspace_experiment() -> str | None:
+def workspace_experiment() -> str | None:
     """The DVC experiment this stage runs in, if it runs in the workspace itself (not a queued one's folder)."""
     name = os.environ.get("DVC_EXP_NAME")
     root = os.environ.get("DVC_ROOT")
@@ -68,7 +68,7 @@ def _dvc_record() -> tuple[str | None, int | None]:
 
 def check_experiment_alone() -> None:
     """Inside `dvc exp run` in the workspace: this experiment is the only one there (see the module's notes)."""
-    name = _workspace_experiment()
+    name = workspace_experiment()
     if name is None:
         return
     recorded_name, dvc_pid = _dvc_record()

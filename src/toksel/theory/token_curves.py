@@ -187,6 +187,10 @@ def binned_curves(tokens: TokenTable, score_p: np.ndarray, score_v: np.ndarray, 
     return curves | {f"v{axis.suffix}": curve(x, axis.scores) for axis, x in zip(axes, v_axes, strict=True)}
 
 
+SPREADS = ("bin_spread_v", "bin_spread_p", "bin_std_v", "bin_std_p")  # what `spreads` reads: scale-free, then raw
+TRAIN_BINNED = "train_binned_"  # the same spreads' prefix where the curves are binned by the training statistics
+
+
 def spreads(curves: dict[str, BinnedCurve]) -> dict[str, float]:
     """The scatter around the curves: the mean per-bin std (raw) and the same over the std of all the scores
     (scale-free), for p and, averaged over the classes, v."""

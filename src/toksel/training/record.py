@@ -19,6 +19,7 @@ from toksel.figures.plots import binned_scores_figure, save_figure
 from toksel.runtime.io import write_csv, write_json, write_npz
 from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import (
+    TRAIN_BINNED,
     BinnedCurve,
     CurveSettings,
     binned_curves,
@@ -31,7 +32,6 @@ from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import EpochMeasure, FitResult
 
 Metrics = dict[str, float | None]
-TRAIN_BINNED = "train_binned_"  # the spreads of the curves binned by the training split's statistics
 
 
 @dataclass(frozen=True)
