@@ -5,9 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from omegaconf import OmegaConf
 
-from tests.helpers import ROOT, dvc, dvc_environment, stages_run, tiny_dvc_project
+from tests.helpers import ROOT, dvc, dvc_environment, tiny_dvc_project
 from tools.plan import describe, read_plan
 
 # What `dvc exp run --temp --keep-going` printed for a plan: one stage DVC would run (it said so and stopped), what
