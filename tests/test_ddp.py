@@ -52,7 +52,7 @@ def test_two_processes_fit_as_one_does_and_log_a_single_run(prepared):
     # The arm's trial hangs beside the arm (three levels at the most), named after it.
     trial = next(run for run in every if run.data.tags.get("mlflow.parentRunId") == ddp_stage.info.run_id
                  and run.data.tags.get("labels") == "true"
-                 and run.info.run_name.startswith(f"{ddp_run.info.run_name}, "))
+                 and run.info.run_name.startswith(ddp_run.info.run_name.rsplit(" [", 1)[0] + ", "))
     assert len(client.get_metric_history(trial.info.run_id, "train_loss_epoch")) == 6  # rank 0 logged, once
 
 

@@ -64,9 +64,10 @@ def test_training_lowers_the_loss_and_logs_under_the_pipeline_parent(prepared):
     training = next(run for run in nested if "labels" not in run.data.tags)  # the arm
     assert training.data.tags["embeddings"] == "trained" and training.data.tags["seed"] == "0"
     assert training.info.status == "FINISHED"
-    # Its fits hang beside it (three levels at the most), named after it.
+    # Its fits hang beside it (three levels at the most), named after it (its name before the pipeline's).
     trials = {run.data.tags["labels"]: run for run in nested if "labels" in run.data.tags}
-    assert all(run.info.run_name.startswith(f"{training.info.run_name}, ") for run in trials.values())
+    arm_path = training.info.run_name.rsplit(" [", 1)[0]
+    assert all(run.info.run_name.startswith(f"{arm_path}, ") for run in trials.values())
     assert trials.keys() == {"true", "shuffled"} and trials["true"].data.tags["lr"] == "0.02"
     # Every run carries the values it ran with: the stage's, and its own on top (the arm, the fit's rate).
     assert training.data.params["arm"] == "trained" and training.data.params["model.d"] == stage.data.params["model.d"]

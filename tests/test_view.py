@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,8 +122,9 @@ def test_the_parent_shows_what_changed_and_the_report_and_no_run_is_deeper_than_
     assert parent.data.tags["toksel.changed"] == "base.seeds"
     assert parent.data.metrics == {"claims_held": 5.0, "claim.lemma41_linear.imdb": 0.99}
     by_id = {run.info.run_id: run for run in runs}
-    stage_run = next(run for run in runs if run.info.run_name == f"train synthetic [{parent.info.run_name}]")
-    deep = next(run for run in runs if run.info.run_name == "trained, lr 0.01")
+    named = {run.info.run_name: run for run in runs}
+    stage_run = named[f"train synthetic [{parent.info.run_name}]"]
+    deep = named[f"train synthetic, trained, lr 0.01 [{parent.info.run_name}]"]  # its path: what it is, alone
     assert deep.data.tags["mlflow.parentRunId"] == stage_run.info.run_id and deep.data.metrics["test_accuracy"] == 0.9
     for run in runs:  # three levels at the most: the pipeline, a stage, what is nested in it
         depth, above = 0, run.data.tags.get("mlflow.parentRunId")
@@ -277,7 +279,146 @@ def test_a_parent_whose_numbers_change_is_made_anew_and_keeps_its_runs(project):
     client, runs = _store(project)
     parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
     assert parent.data.metrics["claims_held"] == 6.0 and parent.info.run_id not in before.values()
-    seed0 = next(run for run in runs if run.info.run_name.startswith("train synthetic seed 0"))
+    seed0 = next(run for run in runs if run.info.run_name.startswith("train synthetic seed 0 ["))
     assert seed0.info.run_id == before[seed0.info.run_name]  # kept, and moved under the new parent
     assert seed0.data.tags["mlflow.parentRunId"] == parent.info.run_id
     _check_once(project, extra=1)
+
+
+def test_no_two_runs_of_a_pipeline_share_a_name_and_each_says_what_it_is(project):
+    """Children named alike under many parents (an arm and its trials under each seed and dataset, a name twice
+    under one run): each run is named by its path and the pipeline's name, and none twice."""
+    with outputs_together():
+        for dataset in ("synthetic", "imdb"):
+            records = []
+            for seed in (0, 1):
+                record = RunRecord(f"train {dataset} seed {seed}", {"stage": "train", "dataset": dataset})
+                with record.run(), record.child(f"trained seed {seed}", {}) as arm:
+                    for name in ("lr 0.01 (screen)", "lr 0.01 (kept)", "lr 0.01 (kept)"):
+                        with arm.child(name, {}) as trial:
+                            trial.log_metrics({"test_accuracy": 0.9})
+                records.append(record)
+            write_records(Path("runs") / "train" / f"{dataset}.json", records, {"params_yaml": ""})
+    assert publish.main([]) == 0
+    _, runs = _store(project)
+    names = [run.info.run_name for run in runs]
+    assert len(names) == 1 + 2 * 2 * (2 + 3) and len(set(names)) == len(names)
+    pipeline = next(run.info.run_name for run in runs if run.data.tags["stage"] == "pipeline")
+    assert all(name.endswith(f" [{pipeline}]") for name in names if name != pipeline)
+    assert {f"train imdb seed 1, trained seed 1 [{pipeline}]", f"train imdb seed 1, trained seed 1, lr 0.01 (kept) "
+            f"[{pipeline}]", f"train imdb seed 1, trained seed 1, lr 0.01 (kept) (2) [{pipeline}]"} <= set(names)
+
+
+def _moved(record: dict, seconds: float) -> None:
+    """A record and those nested in it, made `seconds` earlier."""
+    record["started"] += seconds
+    record["ended"] += seconds
+    for child in record["children"]:
+        _moved(child, seconds)
+
+
+def test_the_parent_spans_its_pipeline_run_not_the_records_dvc_restored(project):
+    """A stage DVC's run cache restored keeps the times of the run that made it, an hour before: the parent starts
+    when DVC began this pipeline run and ends when publish, its last stage, runs. By hand: the records' span."""
+    _records(project)
+    path = project / "runs" / "train" / "synthetic.json"
+    content = json.loads(path.read_text())
+    for record in content["runs"]:
+        _moved(record, -3600)
+    path.write_text(json.dumps(content))
+    _report(5.0)  # made in this pipeline run
+    # DVC: a process that starts publish as a stage's command, with DVC_STAGE (its own environment lacks it).
+    dvc = ("import os, subprocess, sys; sys.exit(subprocess.run([sys.executable, '-m', 'toksel.publish'], "
+           "env={**os.environ, 'DVC_STAGE': 'publish'}).returncode)")
+    began = time.time()
+    assert subprocess.run([sys.executable, "-c", dvc], cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True).returncode == 0
+    ended = time.time()
+    _, runs = _store(project)
+    parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
+    assert began - 2 <= parent.info.start_time / 1000 <= parent.info.end_time / 1000 <= ended  # boot-time rounding
+    restored = next(run for run in runs if run.info.run_name.startswith("train synthetic seed 0 ["))
+    assert restored.info.start_time / 1000 < began - 3000  # a stage's run keeps its record's times
+    assert publish.main([f"sqlite:///{project / 'by-hand.db'}"]) == 0
+    client = MlflowClient(f"sqlite:///{project / 'by-hand.db'}")
+    by_hand = client.search_runs([client.get_experiment_by_name("toksel").experiment_id], "tags.stage = 'pipeline'")
+    records = [run for run in runs if run.data.tags["stage"] != "pipeline"]
+    assert by_hand[0].info.start_time == min(run.info.start_time for run in records)
+
+
+def _flow() -> None:
+    """runs/gradient_flow/synthetic.json: a flow's curves against 100 log10 t, and a one-step run without a history."""
+    with outputs_together():
+        flow = RunRecord("gradient_flow synthetic seed 0", {"stage": "gradient_flow", "dataset": "synthetic"})
+        with flow.run():
+            flow.log_history([-100, 0, 100, 300], {"p_norm": [0.1, 1.0, 2.0, 4.0]})
+        write_records(Path("runs") / "gradient_flow" / "synthetic.json", [flow], {"params_yaml": ""})
+        step = RunRecord("one_step synthetic seed 0", {"stage": "one_step", "dataset": "synthetic"})
+        with step.run():
+            step.log_metrics({"pearson_r": 0.9})
+        write_records(Path("runs") / "one_step" / "synthetic.json", [step], {"params_yaml": ""})
+
+
+def test_a_flow_says_what_its_step_is_keeps_its_times_and_the_views_chart_the_step(project):
+    """MLflow's time axes would draw a curve logged at once as a vertical line: the views open charts on the step,
+    the flow's description says the step is 100 log10 t, and its points keep the times the stage logged them."""
+    _flow()
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    flow = next(run for run in runs if run.data.tags["stage"] == "gradient_flow")
+    assert "step = 100 log10 t, t the flow time" in flow.data.tags["mlflow.note.content"]
+    record = json.loads((project / "runs" / "gradient_flow" / "synthetic.json").read_text())["runs"][0]
+    history = client.get_metric_history(flow.info.run_id, "p_norm")
+    assert [[point.step, point.value, point.timestamp] for point in history] == record["metrics"]["p_norm"]
+    assert "mlflow.note.content" not in next(run for run in runs if run.data.tags["stage"] == "one_step").data.tags
+    for key in ("toksel-gradient-flow", "toksel-training", "toksel-pipelines"):
+        assert _saved_view(client, key)["globalLineChartConfig"]["xAxisKey"] == "step"
+
+
+def _report_files(project: Path) -> None:
+    """runs/report.json as the report stage writes it: report.md and report.html marked for the pipeline's run."""
+    folder = project / "results" / "report"
+    with outputs_together():
+        write_text(folder / "report.md", "# toksel: the paper's claims in our runs\n\n**Verdict.** The paper's "
+                   "claims hold in part: 8 of the 15 hold.\n\n## The verdict, claim by claim\n\n- more\n")
+        write_text(folder / "report.html", "<html><body><h1>toksel</h1></body></html>\n")
+        report = RunRecord("report", {"stage": "report"})
+        with report.run():
+            report.log_metrics({"claims_held": 8.0})
+            for name in ("report.md", "report.html"):
+                report.log_artifact(folder / name, pipeline=True)
+        write_records(Path("runs") / "report.json", [report], {"params_yaml": ""})
+
+
+def test_the_parent_shows_the_report_and_its_headline_with_links_to_it(project):
+    """The parent's description (MLflow's Markdown atop its page): the report's title and verdict, and links to the
+    report in its artifact pane and to report.html's download; its artifacts: the report's files, also on a parent
+    made anew while the report's run is kept."""
+    _records(project)
+    _report_files(project)
+    assert publish.main([]) == 0
+    client, runs = _store(project)
+    parent = next(run for run in runs if run.data.tags["stage"] == "pipeline")
+    run_id, experiment = parent.info.run_id, parent.info.experiment_id
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("**toksel: the paper's claims in our runs**\n\n**Verdict.** The paper's claims hold in "
+                           "part: 8 of the 15 hold.\n\n") and "claim by claim" not in note
+    assert f"[report.html](#/experiments/{experiment}/runs/{run_id}/artifacts/report.html)" in note
+    assert f"[report.md](#/experiments/{experiment}/runs/{run_id}/artifacts/report.md)" in note
+    assert f"[download report.html](get-artifact?path=report.html&run_uuid={run_id})" in note
+    assert {a.path for a in client.list_artifacts(run_id)} == {"params.yaml", "report.md", "report.html"}
+    html = Path(client.download_artifacts(run_id, "report.html", str(project / "fetched")))
+    assert html.read_bytes() == (project / "results" / "report" / "report.html").read_bytes()
+    # The parent made anew (the commit's values differ now), the report's run kept: the new parent shows it too.
+    subprocess.run(["git", "init", "-q"], check=True)
+    text = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(re.sub(r"(?m)^  seeds: \[.*\]", "  seeds: [0, 1]", text, count=1))
+    subprocess.run(["git", "add", "params.yaml"], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "values"], check=True)
+    (project / "params.yaml").write_text(text)
+    assert publish.main([]) == 0
+    _, runs = _store(project)
+    renewed = next(run for run in runs if run.data.tags["stage"] == "pipeline")
+    assert renewed.info.run_id != run_id and renewed.data.tags["toksel.changed"] == "base.seeds"
+    assert {a.path for a in client.list_artifacts(renewed.info.run_id)} == {"params.yaml", "report.md", "report.html"}
+    assert renewed.info.run_id in renewed.data.tags["mlflow.note.content"]

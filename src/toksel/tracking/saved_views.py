@@ -1,7 +1,8 @@
 """The runs table's saved views, one per kind of run, with the columns that tell its runs apart.
 
 MLflow (3.15 and later) keeps a saved view as an experiment tag `mlflow.sharedViewState.<id>` holding its name and
-state (a search on the `stage` tag, the columns); `#/experiments/<id>/runs?viewStateShareKey=<id>` opens one.
+state (a search on the `stage` tag, the columns, the charts' x axis); `#/experiments/<id>/runs?viewStateShareKey=<id>`
+opens one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Any
 
 TAG_PREFIX = "mlflow.sharedViewState."
 PIPELINES_VIEW = "toksel-pipelines"
+# The charts' x axis: the step every history is logged against (a flow's 100 log10 t, an epoch), whatever axis the
+# browser last chose. MLflow's time axes would draw a curve the stage logged at once as one vertical line.
+LINE_CHARTS = {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""}
 VERDICTS = ("claims_held", "claims_failed", "claims_inconclusive", "ours_held", "ours_failed", "ours_inconclusive")
 
 # id -> (name, stage, params, metrics): the key values and numbers of a kind of run, as its runs carry them.
@@ -36,7 +40,8 @@ def _view(name: str, stage: str, columns: list[str], grouped_by: str | None = No
     """A view of the runs of `stage`, grouped by the tag `grouped_by` if given (else folded under their parents)."""
     state = {"searchFilter": f"tags.stage = '{stage}'", "orderByKey": "attributes.start_time", "orderByAsc": False,
              "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
-             "selectedColumns": [_column("tags", "dataset"), *columns], "runsHiddenMode": "SHOW_ALL"}
+             "selectedColumns": [_column("tags", "dataset"), *columns], "runsHiddenMode": "SHOW_ALL",
+             "globalLineChartConfig": LINE_CHARTS}
     if grouped_by:
         state["groupBy"] = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": grouped_by}]}
         state["groupsExpanded"] = {}

@@ -1,12 +1,23 @@
 """MLflow as a view of the run records the stages write under runs/ (runtime/records.py).
 
 `publish` shows the records as one pipeline run (current_pipeline): a DVC experiment, or the workspace at its
-params.yaml's values. Its parent run carries those values (CHANGED_TAG names the ones that differ from the commit's)
-and the report's numbers, so that two experiments' parents compare; under it hangs a run per stage (and seed), named
-with the pipeline's name so that overlaid runs tell apart, and under those their trials, controls and cells (deeper
-runs hang beside their parent). A run is known by the SHA-256 of its record (RECORD_TAG). Under the store's lock,
-publish keeps the finished run of each record, makes the missing ones and deletes every other run of the pipeline
-(unbacked, unfinished or made twice): publishing twice is publishing once, and a rerun finishes a failed one.
+params.yaml's values. Its parent run carries those values (CHANGED_TAG names the ones that differ from the commit's),
+the report's numbers and files, and as its description the report's headline with links to the report, so that two
+experiments' parents compare; under it hangs a run per stage (and seed), and under those their trials, controls and
+cells (deeper runs hang beside their parent). Every run is named by its whole path below the pipeline and the
+pipeline's name (`train imdb seed 0, trained seed 0, lr 0.01 (kept) [eta0-50]`), so that no two runs share a name.
+A run is known by the SHA-256 of its record (RECORD_TAG). Under the store's lock, publish keeps the finished run of
+each record, makes the missing ones and deletes every other run of the pipeline (unbacked, unfinished or made twice):
+publishing twice is publishing once, and a rerun finishes a failed one.
+
+The parent's start and end are its pipeline run's. The records cannot tell them: DVC's run cache restores a stage's
+records with the times of the run that made them, an hour or a week before. DVC can: it gives each stage's command
+DVC_STAGE, which the DVC process itself (`dvc repro`, `dvc exp run`, a queued experiment's `dvc exp exec-run`) lacks,
+so the nearest ancestor of publish without it is the pipeline run, and its start is the run's; publish is the last
+stage, so its own time is the end. Run by hand, publish has no pipeline run around it, and the parent spans the
+records. The points of a metric keep the times the stage logged them: the stages log a curve at once (a flow's whole
+trajectory), and MLflow's time axes would draw it as one vertical line, so the saved views open charts on the step
+(saved_views.py) and a run whose history has steps says in its description what they are (STEP_MEANINGS).
 """
 
 from __future__ import annotations
@@ -15,10 +26,13 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from toksel.runtime.config import params_values
 from toksel.runtime.errors import ToksError
@@ -32,7 +46,16 @@ PIPELINE_KEY_TAG = "toksel.pipeline_key"
 CHANGED_TAG = "toksel.changed"  # on the parent: the keys whose values differ from the commit's
 TAG_LENGTH = 5000  # characters: MLflow keeps 8000 of a tag's value
 PARENT_TAG = "mlflow.parentRunId"
+NOTE_TAG = "mlflow.note.content"  # a run's description, which MLflow shows as Markdown atop its page
+RUN_PAGE, RUN_ID = "{run page}", "{run id}"  # in a description: the run's address and id, once it has them
+HEADLINE_LENGTH = 3000  # characters of the report's first paragraph in the parent's description
 RECORDS = Path("runs")
+# What the steps of a stage's histories are (MLflow's chart axis says "Step"), by stage.
+STEP_MEANINGS = {
+    "gradient_flow": "The curves are drawn against step = 100 log10 t, t the flow time (step 300 is t = 1e3, step "
+                     "1000 is t = 1e10), so that flows of other horizons line up; t = 0 is in history.csv.",
+}
+EPOCH_CURVES = "The epoch_ curves are drawn against the epoch, Lightning's own (val_loss, ...) against its step."
 
 
 @dataclass
@@ -67,6 +90,7 @@ class Pipeline:
     params_yaml: str
     values: dict[str, str]  # params.yaml's values, flattened
     changed: tuple[str, ...]  # the keys whose values differ from the commit's (none without git)
+    began: float | None = None  # when the DVC command running this publish began; None by hand
 
 
 def _committed_values(path: Path) -> dict[str, Any] | None:
@@ -90,7 +114,43 @@ def current_pipeline(path: Path = Path("params.yaml")) -> Pipeline:
     return Pipeline(f"experiment {experiment}" if experiment else f"workspace {digest}",
                     experiment or f"workspace ({values.get('profile', '?')}) {digest}", experiment,
                     path.read_text() if path.is_file() else "", {key: str(value) for key, value in values.items()},
-                    changed)
+                    changed, dvc_started())
+
+
+def dvc_started() -> float | None:
+    """When the DVC command that runs this process as a stage began: its nearest ancestor without DVC_STAGE, which
+    DVC sets for a stage's command alone (the module says why). None outside DVC, or where the system hides it."""
+    if "DVC_STAGE" not in os.environ:
+        return None
+    try:
+        return next((process.create_time() for process in psutil.Process().parents()
+                     if "DVC_STAGE" not in process.environ()), None)
+    except psutil.Error:
+        return None
+
+
+def _headline(artifacts: list[dict[str, Any]]) -> str:
+    """The report's title and first paragraph (its verdict), from its Markdown as the stage wrote it, else ""."""
+    for artifact in artifacts:
+        path = Path(artifact["path"])
+        if path.suffix == ".md" and path.is_file() and file_sha256(path) == artifact["sha256"]:
+            blocks = [block.strip() for block in path.read_text().split("\n\n") if block.strip()]
+            title = [f"**{block.lstrip('# ')}**" for block in blocks[:1] if block.startswith("# ")]
+            text = next((block for block in blocks if not block.startswith("#")), "")
+            cut = text if len(text) <= HEADLINE_LENGTH else text[:HEADLINE_LENGTH].rsplit(" ", 1)[0] + " ..."
+            return "\n\n".join([*title, cut, ""])
+    return ""
+
+
+def _report_note(artifacts: list[dict[str, Any]]) -> str:
+    """The parent's description: the report's headline, and links to its files in the artifact pane and to
+    report.html's download. MLflow previews an HTML file once it has loaded it whole (seconds for the report's
+    megabytes of embedded figures: blank until then); downloaded and opened, it draws at once."""
+    names = [Path(artifact["path"]).name for artifact in artifacts]
+    links = [f"[{name}]({RUN_PAGE}/artifacts/{name})" for name in names]
+    links += [f"[download {name}](get-artifact?path={name}&run_uuid={RUN_ID})" for name in names
+              if name.endswith(".html")]
+    return _headline(artifacts) + "The report: " + " · ".join(links)
 
 
 def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
@@ -109,33 +169,60 @@ def read_specs(pipeline: Pipeline, root: Path = RECORDS) -> list[Spec]:
     report = next((run for run, _ in tops if run["tags"].get("stage") == "report"), None)
     changed = ", ".join(pipeline.changed)
     changed = changed if len(changed) <= TAG_LENGTH else "(too many to list)"
-    parent = {"name": pipeline.name, "status": "FINISHED", "params": pipeline.values, "artifacts": [], "inputs": [],
+    # the report's files the stage marked for the pipeline's run (report.md, report.html), at the top of its artifacts
+    shown = [{**artifact, "folder": None} for artifact in (report["artifacts"] if report else [])
+             if artifact.get("pipeline")]
+    parent = {"name": pipeline.name, "status": "FINISHED", "params": pipeline.values, "artifacts": shown,
+              "inputs": [],
               # the report's numbers: verdict counts and each claim's value (claim.<id>.<dataset>)
               "metrics": {name: points[-1:] for name, points in report["metrics"].items()} if report else {},
               "tags": {"stage": "pipeline", CHANGED_TAG: changed,
+                       **({NOTE_TAG: _report_note(shown)} if shown else {}),
                        **({"dvc.experiment": pipeline.experiment} if pipeline.experiment else {})}}
     # The parent is made anew when its values or numbers change; the runs under it are known by the pipeline run.
     root = _digest("pipeline", pipeline.key)
     parent_key = _digest(root, parent)
-    parent.update(started=min(run["started"] for run, _ in tops), ended=max(run["ended"] for run, _ in tops))
+    if pipeline.began is not None:  # under DVC: its pipeline run, of which publish is the last stage
+        parent.update(started=pipeline.began, ended=time.time())
+    else:  # by hand: the records' span (one restored from DVC's run cache counts from when it was made)
+        parent.update(started=min(run["started"] for run, _ in tops), ended=max(run["ended"] for run, _ in tops))
     specs = [Spec(parent_key, parent, pipeline.key, None, texts={"params.yaml": pipeline.params_yaml})]
+    names: set[str] = set()
     for run, params_yaml in tops:
-        specs.extend(_tree(run, pipeline, root, parent_key, {"params.yaml": params_yaml}))
+        specs.extend(_tree(run, pipeline, root, parent_key, {"params.yaml": params_yaml}, names))
     return specs
 
 
-def _tree(run: dict, pipeline: Pipeline, root: str, parent_key: str, texts: dict[str, str], depth: int = 1,
-          prefix: str = "") -> Iterator[Spec]:
-    """The run and those nested in it; below depth 2 they hang beside their parent, named after it."""
+def _step_note(run: dict[str, Any]) -> str:
+    """What the steps of a run's histories are, if it has one (a metric logged at more than one step)."""
+    histories = [name for name, points in run["metrics"].items() if len({point[0] for point in points}) > 1]
+    if not histories:
+        return ""
+    epochs = EPOCH_CURVES if any(name.startswith("epoch_") for name in histories) else ""
+    return " ".join(filter(None, [STEP_MEANINGS.get(run["tags"].get("stage", ""), ""), epochs]))
+
+
+def _tree(run: dict, pipeline: Pipeline, root: str, parent_key: str, texts: dict[str, str], names: set[str],
+          depth: int = 1, path: str = "") -> Iterator[Spec]:
+    """The run and those nested in it (below depth 2 they hang beside their parent), each named by its path below
+    the pipeline and the pipeline's name: a name that says what the run is in a chart or table without its parents,
+    and unique in the pipeline (`names`: those taken; a repeated one is numbered)."""
     own = {name: value for name, value in run.items() if name != "children"}
-    own["name"] = prefix + own["name"] + (f" [{pipeline.name}]" if depth == 1 else "")
+    path = f"{path}, {own['name']}" if path else own["name"]
+    own["name"], number = f"{path} [{pipeline.name}]", 1
+    while own["name"] in names:
+        number += 1
+        own["name"] = f"{path} ({number}) [{pipeline.name}]"
+    names.add(own["name"])
+    if note := _step_note(own):
+        own["tags"] = {**own["tags"], NOTE_TAG: note}
     key = _digest(root, own)
     yield Spec(key, own, pipeline.key, parent_key, texts=texts)
     for child in run["children"]:
         if depth < 2:
-            yield from _tree(child, pipeline, key, key, {}, depth + 1)
+            yield from _tree(child, pipeline, key, key, {}, names, depth + 1, path)
         else:
-            yield from _tree(child, pipeline, parent_key, parent_key, {}, depth, prefix=f"{own['name']}, ")
+            yield from _tree(child, pipeline, parent_key, parent_key, {}, names, depth, path)
 
 
 class Publisher:
@@ -199,8 +286,12 @@ class Publisher:
         record = spec.record
         tags = {**record["tags"], RECORD_TAG: spec.key, PIPELINE_KEY_TAG: spec.pipeline,
                 **({PARENT_TAG: parent_id, PARENT_RECORD_TAG: spec.parent_key} if parent_id else {})}
+        note = tags.pop(NOTE_TAG, "")
         run_id = self.client.create_run(self.experiment_id, start_time=int(record["started"] * 1000), tags=tags,
                                         run_name=record["name"]).info.run_id
+        if note:  # its links to the run's own page need the run's id
+            page = f"#/experiments/{self.experiment_id}/runs/{run_id}"
+            self.client.set_tag(run_id, NOTE_TAG, note.replace(RUN_PAGE, page).replace(RUN_ID, run_id))
         params = [Param(key, value) for key, value in record["params"].items()]
         metrics = [Metric(name, value, stamp, step) for name, points in record["metrics"].items()
                    for step, value, stamp in points]
@@ -214,11 +305,10 @@ class Publisher:
         for artifact in record["artifacts"]:
             path = Path(artifact["path"])
             if not path.is_file() or file_sha256(path) != artifact["sha256"]:  # not the bytes the stage wrote
-                self.published.skipped_artifacts.append(str(path))
+                if str(path) not in self.published.skipped_artifacts:  # the report's: its run's and the parent's
+                    self.published.skipped_artifacts.append(str(path))
                 continue
             self.client.log_artifact(run_id, str(path), artifact["folder"])
-            if artifact.get("pipeline") and parent_id is not None:  # the report: the parent run shows it too
-                self.client.log_artifact(parent_id, str(path))
         for name, text in spec.texts.items():
             if text:
                 self.client.log_text(run_id, text, name)
