@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 TEAM_PORT ?= 5001
 
-.PHONY: test-slow install repro quick experiments claims-diff plots-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
+.PHONY: test-slow test-docs install repro quick experiments claims-diff plots-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -66,12 +66,17 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
 	$(BIN)/ruff check src pipelines tests benchmarks tools
 	$(BIN)/lint-imports --no-cache
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not docs"
 
 test-slow: $(STAMP)
 	@$(MAKE) --no-print-directory chromium || echo "no Chromium: the UI's test will be skipped"
 	@$(MAKE) --no-print-directory postgres || echo "no PostgreSQL: the team server's test will be skipped"
 	$(PYTEST) -m slow
+
+# Every `dvc exp run -S ...` that README.md and docs/ show, as an experiment of the quick profile, in a clone that
+# shares this project's DVC cache: after `make quick`, each reruns only the stages its values reach (CI runs it then).
+test-docs: $(STAMP)
+	$(BIN)/python -m pytest -q -m docs tests/test_documented_commands.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks tools

@@ -102,3 +102,25 @@ def test_the_interruption_check_compares_every_number_but_the_timings(tmp_path):
     changed = {**found, "results/stage/metrics.json.slope": 0.25}
     assert differences(changed, found) == ["results/stage/metrics.json.slope"]
     assert differences({}, found) == sorted(found)
+
+
+def test_the_output_comparison_finds_a_moved_number_in_each_kind_of_file_and_lets_timings_and_new_keys_be(tmp_path,
+                                                                                                           capsys):
+    from benchmarks.compare_outputs import main as compare
+
+    def write(root, loss, seconds, extra=None):
+        folder = root / "results" / "stage"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({"loss": loss, "seconds": seconds, "nan": float("nan"),
+                                                         **(extra or {})}))
+        (folder / "table.csv").write_text(f"a,b\n1,{loss}\n2,x\n")
+        np.savez(folder / "arrays.npz", p=np.array([loss, np.nan]))
+
+    write(tmp_path / "old", 0.5, 1.0)
+    write(tmp_path / "same", 0.5, 9.0, {"followed": 1.0})  # another run's timing; a metric added
+    write(tmp_path / "moved", 0.5000000001, 1.0)
+    assert compare([str(tmp_path / "old"), str(tmp_path / "same")]) == 0
+    assert "1 keys new" in capsys.readouterr().out
+    assert compare([str(tmp_path / "old"), str(tmp_path / "moved")]) == 1
+    said = capsys.readouterr().out
+    assert "3 differences" in said and "metrics.json: .loss" in said and "table.csv: b[0]" in said
