@@ -20,13 +20,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m tools.plots_diff --fetch
 	@touch $(STAMP)
 
-# REPRO_FLAGS: e.g. --pull --allow-missing, to take what a DVC remote already holds instead of recomputing it.
+# REPRO_FLAGS: e.g. --pull --allow-missing, to take what a DVC remote already holds instead of recomputing it. With
+# --pull, every output dvc.lock names is pulled first: DVC's own --pull fetches a missing input by its path, which
+# must be an output, and a stage that reads a folder of several stages' outputs (the report reads results/train)
+# would stop there. A remote that does not answer is a warning: the stages then run.
 # A dvc.lock that a kill cut while DVC wrote it is mended first (tools/heal_lock.py), or DVC would refuse to start.
 # Ctrl-C: DVC calls the stopped stage failed (exit code 255, its ERROR line); the shell says what happened instead,
 # once DVC has ended, and exits 130, as a program stopped by Ctrl-C does.
 STOPPED = trap 'echo "make $@: stopped by Ctrl-C; the stages that had finished are kept, and make $@ goes on from them" >&2; exit 130' INT;
 repro: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
+	@case " $(REPRO_FLAGS) " in *" --pull "*) $(BIN)/dvc pull --allow-missing \
+	  || echo "make repro: dvc pull failed (above): the stages whose outputs it lacks run instead" >&2;; esac
 	@$(STOPPED) $(BIN)/dvc repro $(REPRO_FLAGS)
 
 # The whole DAG small, in a few minutes: profiles/quick.yaml's values as a DVC experiment run in a copy of the project

@@ -154,7 +154,7 @@ def tiny_dvc_project(folder: Path) -> Path:
     fresh git repository with DVC initialised, for `dvc repro` through the real DAG."""
     from omegaconf import OmegaConf
 
-    for name in ("dvc.yaml", ".dvcignore"):
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(ROOT / name, folder / name)
     for part in ("src", "pipelines", "data/own"):  # data/own: the file datasets' folder, which check_params follows
         shutil.copytree(ROOT / part, folder / part, ignore=shutil.ignore_patterns("__pycache__"))

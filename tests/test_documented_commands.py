@@ -2,6 +2,7 @@
 stages, and every `dvc exp run -S ...` of README.md and docs/ as an experiment of the quick profile through every
 stage it reaches (marked `docs`: `make test-docs`, which CI runs after `make quick`)."""
 
+import contextlib
 import hashlib
 import re
 import shutil
@@ -18,7 +19,7 @@ from tests.helpers import ROOT, dvc_environment
 from tests.test_file_data import reviews
 from toksel.report.header import dataset_rows
 from toksel.runtime.config import load_config
-from tools.profile import read_profile, real_data
+from tools.profile import newest_experiment, read_profile, real_data
 
 DATASETS_DOC = ROOT / "docs" / "datasets.md"
 
@@ -57,7 +58,8 @@ def test_the_own_file_example_runs_on_the_quick_profile_and_the_report_names_its
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 VALUE = r"(?:'[^']*'|\"[^\"]*\"|[^\s`'\"]+)"  # quoted, or up to a space, a quote or the end of a code span
-COMMAND = re.compile(rf"(dvc exp run|python -m tools\.profile \w+)((?: +(?:-S +{VALUE}|--?[\w-]+|\w+@[\w.-]+))*)")
+COMMAND = re.compile(rf"(dvc exp run|python -m tools\.plan|python -m tools\.profile \w+)"
+                     rf"((?: +(?:-S +{VALUE}|--?[\w-]+|\w+@[\w.-]+))*)")
 SETTING = re.compile(r"-S +(?:'([^']*)'|\"([^\"]*)\"|([^\s`'\"]+))")
 TARGET = re.compile(r"(?:^| )([\w]+@[\w.-]+)")
 
@@ -99,7 +101,7 @@ def documented_commands() -> list[Documented]:
 def test_the_documented_commands_are_found_as_written():
     """The parser finds the commands it must run (so that an empty list cannot pass for a documented one)."""
     found = {item.name: item for item in documented_commands()}
-    assert "datasets.synthetic.one_step.eta0=50" in found  # docs/operations.md's example, with --dry and alone
+    assert "datasets.synthetic.one_step.eta0=50" in found  # docs/operations.md's example: planned, queued
     assert "datasets.synthetic.one_step.eta0=50 datasets.synthetic.gradient_flow.horizon=1e12" in found
     assert "phase.eta0=[10,14,20,28,40] phase.d=[1024]" in found  # quoted values
     assert "train.strategy=ddp train.devices=2 train@yelp_polarity" in found and not found[
@@ -123,7 +125,8 @@ def test_each_documented_setting_runs_as_an_experiment_of_the_quick_profile(comm
     settings = [arg for setting in command.settings for arg in ("-S", setting)]
     done = _profile(project, [*settings, *command.targets, "-n", name])
     assert done.returncode == 0, f"{command.where}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
-    if real_data():  # the whole DAG ran, publish last; without the real datasets, the synthetic stages alone
+    if real_data() and not command.targets:  # the whole DAG ran, publish last (without the real datasets, the
+        # synthetic stages alone; with a target, it and what it needs)
         assert f"MLflow shows its runs under the parent run {name}" in done.stdout, done.stdout[-2000:]
     diff = subprocess.run([sys.executable, "-m", "toksel.claims_diff", base, name], cwd=project, env=_environment(),
                           capture_output=True, text=True)
@@ -141,11 +144,20 @@ def _profile(project: Path, options: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def quick_clone(tmp_path_factory) -> tuple[Path, str]:
-    """A clone of the repository's HEAD whose DVC cache is this project's, and the quick profile's run in it."""
+    """A clone of the repository's HEAD whose DVC cache is this project's, and the quick profile's experiment in it:
+    the newest one `make quick` left here on this commit (CI's), fetched, else one run in the clone."""
     project = tmp_path_factory.mktemp("docs") / "project"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
     subprocess.run(["dvc", "cache", "dir", str(ROOT / ".dvc" / "cache")], cwd=project, check=True,
                    env=_environment())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    experiments = f"refs/exps/{head[:2]}/{head[2:]}/*"
+    subprocess.run(["git", "fetch", "-q", str(ROOT), f"{experiments}:{experiments}"], cwd=project, check=True)
+    with contextlib.chdir(project):
+        found = newest_experiment("quick")
+    if found is not None:
+        return project, found[0]
     done = _profile(project, ["-n", "doc-base"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return project, "doc-base"

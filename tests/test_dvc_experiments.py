@@ -3,15 +3,18 @@ parameters before any stage of ours runs; neither may then finish under the othe
 recorded with parameters its outputs were not made with. One experiment alone runs as usual."""
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from dvc import api as dvc_api
 
 from tests.helpers import ROOT, dvc, dvc_environment, tiny_dvc_project
 from toksel.runtime import workspace
+from tools.profile import SET_ASIDE
 
 pytestmark = pytest.mark.slow
 
@@ -95,11 +98,11 @@ def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(
     assert "its results are in the DVC experiment small, not in the workspace" in done.stdout
     assert (project / "params.yaml").read_text() == params and not (project / "results").exists()
     assert _experiments(project) == ["small"]
-    # The experiment's commit holds the results (the synthetic stages': without real data the rest did not run).
+    # The experiment holds the results (the synthetic stages': without real data the rest did not run), in DVC's
+    # cache, where its commit's dvc.lock points.
     ref = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/*/*/small"], cwd=project,
                          capture_output=True, text=True, check=True).stdout.strip()
-    shown = subprocess.run(["git", "show", f"{ref}:results/evaluate/synthetic/metrics.json"], cwd=project,
-                           capture_output=True, text=True, check=True).stdout
+    shown = dvc_api.read("results/evaluate/synthetic/metrics.json", repo=str(project), rev=ref)
     assert "lemma41_linear" in json.loads(shown)
     # make experiments: the one experiment beside the workspace and its baseline, a row per value that differs.
     table = subprocess.run([sys.executable, "-m", "toksel.experiments_table"], cwd=project, env=environment,
@@ -107,6 +110,22 @@ def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(
     assert table[0].split()[0] == "workspace" and table[0].split()[-1] == "small"
     rows = {row.split()[0]: row.split()[-1] for row in table[1:]}
     assert rows["profile"] == "tiny"  # the tiny params already run one seed: the profile alone differs
+
+    # A variant starts from that experiment (its dvc.lock stands in for the workspace's while DVC copies it): the
+    # stages the value does not reach are unchanged, not restored one by one from the run cache; the workspace's
+    # dvc.lock (none here) is as it was.
+    variant = subprocess.run([sys.executable, "-m", "tools.profile", "tiny", "-S",
+                              "datasets.synthetic_pair.one_step.eta0=30", "-n", "variant"], cwd=project,
+                             env={**environment, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert variant.returncode == 0, variant.stdout + variant.stderr
+    assert "starting from the experiment small" in variant.stdout
+    ran = re.findall(r"Running stage '([^']+)'", variant.stdout)
+    assert {"check_params", "one_step@synthetic_pair", "evaluate@synthetic_pair"} <= set(ran)
+    assert not [stage for stage in ran if stage.endswith("@synthetic")], ran  # the other dataset's: unchanged
+    assert "Stage 'one_step@synthetic' didn't change, skipping" in variant.stdout + variant.stderr
+    assert "is cached - skipping run" not in variant.stdout + variant.stderr
+    assert not (project / "dvc.lock").exists() and not (project / SET_ASIDE).exists()
+    assert (project / "params.yaml").read_text() == params and _experiments(project) == ["small", "variant"]
 
 
 def test_a_refused_workspace_experiment_says_what_it_left_in_params_yaml_and_how_to_undo_it(tmp_path):

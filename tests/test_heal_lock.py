@@ -8,6 +8,7 @@ import pytest
 from tests.helpers import ROOT, TINY, run_stage_process
 from toksel.runtime.workspace import LOCK, LOCK_COPY
 from tools import heal_lock
+from tools.profile import SET_ASIDE, starting_from
 
 
 @pytest.fixture
@@ -49,3 +50,22 @@ def test_without_a_copy_the_cut_lock_is_set_aside_and_a_whole_one_is_left_alone(
     assert heal_lock.main([]) == 0
     assert "no whole copy was kept" in capsys.readouterr().err
     assert not (locked / LOCK).exists() and (locked / "dvc.lock.damaged").read_bytes() == cut
+
+
+def test_the_workspace_lock_a_stopped_profile_run_set_aside_is_put_back(locked, capsys):
+    """tools.profile puts another experiment's dvc.lock in the workspace's place while DVC copies the workspace; a
+    run killed before it put the workspace's back leaves it in .dvc/tmp, and heal_lock (make's first step) restores
+    it: the workspace's own, or none where there was none."""
+    own = (locked / LOCK).read_bytes()
+    with starting_from("stages: {}\n"):
+        # as a kill of the run would leave it: the stand-in in place, the workspace's own set aside
+        assert (locked / LOCK).read_text() == "stages: {}\n" and (locked / SET_ASIDE).read_bytes() == own
+        assert heal_lock.main([]) == 0
+        assert (locked / LOCK).read_bytes() == own and not (locked / SET_ASIDE).exists()
+        assert "the workspace's is back" in capsys.readouterr().err
+    assert (locked / LOCK).read_bytes() == own  # put back already: nothing more to do
+    (locked / LOCK).unlink()
+    with starting_from("stages: {}\n"):
+        assert (locked / LOCK).is_file()
+    assert not (locked / LOCK).exists() and not (locked / SET_ASIDE).exists()
+    assert heal_lock.main([]) == 0 and capsys.readouterr().err == ""

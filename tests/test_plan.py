@@ -7,13 +7,17 @@ import sys
 import pytest
 
 from tests.helpers import ROOT, dvc, dvc_environment, tiny_dvc_project
-from tools.plan import describe, read_plan
+from tools.plan import always_run, describe, read_plan
 
 # What `dvc exp run --temp --keep-going` printed for a plan: one stage DVC would run (it said so and stopped), what
-# reads its outputs skipped after it, one stage from the run cache, one unchanged, the settings check run for real.
+# reads its outputs skipped after it, one stage from the run cache, one unchanged, the settings check and the ledger
+# run for real (the ledger always runs; the settings check's run is in the run cache now).
 PRINTED = """Reproducing experiment 'plan-1'
 Running stage 'check_params':
 > python -m pipelines.check_params
+
+Running stage 'ledger':
+> python -m pipelines.ledger
 
 Stage 'prepare@synthetic' didn't change, skipping
 Running stage 'one_step@synthetic':
@@ -28,11 +32,17 @@ ERROR: failed to reproduce 'one_step@synthetic'
 
 
 def test_a_plan_reads_which_stages_would_run_come_from_the_run_cache_or_stay():
-    plan = read_plan(PRINTED)
-    assert plan.runs == ["check_params", "one_step@synthetic"]
+    plan = read_plan(PRINTED, always_run=["ledger"])
+    assert plan.runs == ["ledger", "one_step@synthetic"] and plan.checked == ["check_params"]
     assert plan.after == ["gradient_flow@synthetic", "evaluate@synthetic", "report"]
     assert plan.restored == ["phase@256"] and plan.unchanged == ["prepare@synthetic"] and plan.refused == []
-    assert describe(plan)[0].startswith("would run 5: check_params, one_step@synthetic; then")
+    assert describe(plan)[0].startswith("would run 5: ledger, one_step@synthetic; then")
+    assert describe(plan)[1] == ("from DVC's run cache 1: phase@256 (and check_params, which ran here to check the "
+                                 "values)")
+
+
+def test_the_stages_that_always_run_are_read_from_dvc_yaml():
+    assert always_run(ROOT / "dvc.yaml") == ["ledger", "publish"]
 
 
 def test_a_stage_that_stops_for_real_is_a_refusal_not_a_plan():
@@ -42,6 +52,7 @@ def test_a_stage_that_stops_for_real_is_a_refusal_not_a_plan():
                          "WARNING: Stage 'prepare@synthetic' will be skipped due to this failure"])
     assert refused.refused == ["check_params stopped (exit code 2): check_params: config error: "
                                "datasets.synthetic.one_step.eta0 = -1 is out of range"]
+    assert refused.runs == ["check_params"] and refused.checked == []
     assert read_plan(PRINTED).refused == []  # exit code 3: the plan's own stop
 
 

@@ -1,4 +1,5 @@
-"""Put back a dvc.lock that a kill cut: `python -m tools.heal_lock` (`make repro` runs it before `dvc repro`).
+"""Put back a dvc.lock that a kill cut, or that a killed profile run left standing in for the workspace's: `python
+-m tools.heal_lock` (`make repro` and `make quick` run it first).
 
 A dvc.lock DVC's schema refuses is set aside as dvc.lock.damaged and replaced by the copy the last stage kept, if
 whole (docs/operations.md, "A dvc.lock cut by a kill is mended"). Exit code 0; one line when something was mended.
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from toksel.runtime.workspace import LOCK, LOCK_COPY
+from tools.profile import put_back
 
 
 def whole(path: Path) -> bool:
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if args:
         print("usage: python -m tools.heal_lock   (in the project root)", file=sys.stderr)
         return 2
+    if put_back():  # a profile's experiment was killed while its dvc.lock stood in for the workspace's
+        print("heal_lock: dvc.lock was another experiment's (a stopped make quick): the workspace's is back",
+              file=sys.stderr)
     if done := heal(Path.cwd()):
         print(f"heal_lock: {done}", file=sys.stderr)
     return 0

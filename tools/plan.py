@@ -6,8 +6,9 @@ fails at the first stage that would run on another stage's output (DVC 3.67; git
 Here the experiment itself runs in such a copy (`--temp`), with DVC deciding stage by stage as it would: a stage it
 would run starts, says so and stops (TOKSEL_PLAN: no computing, nothing written), and DVC skips what depends on it,
 which would run after it; a stage its run cache holds is restored (copies, seconds); an unchanged one is skipped.
-The settings check and the ledger run for real (the first refuses a bad value here too). Nothing is kept: no
-experiment, no run cache entry, no MLflow run.
+The settings check and the ledger run for real (the first refuses a bad value here too); the settings check's run
+stays in DVC's run cache, so the experiment then restores it, and the plan says so. Nothing else is kept: no
+experiment, no other run cache entry, no MLflow run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from toksel.runtime.cli import PLAN_ENV, PLANNED
 
@@ -37,15 +41,17 @@ class Plan:
     restored: list[str] = field(default_factory=list)  # from DVC's run cache: a run with the same inputs and settings
     unchanged: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # a stage that stopped for real (check_params: a bad value)
+    checked: list[str] = field(default_factory=list)  # ran for real here (check_params): the run restores it
 
     @property
     def to_run(self) -> list[str]:
         return [*self.runs, *self.after]
 
 
-def read_plan(lines: Sequence[str]) -> Plan:
-    """The plan in the output of a planning `dvc exp run` (see the module's notes)."""
-    plan, stage, said = Plan(), "", []
+def read_plan(lines: Sequence[str], always_run: Sequence[str] = ()) -> Plan:
+    """The plan in the output of a planning `dvc exp run` (see the module's notes); `always_run`: the stages DVC
+    runs every time (always_changed), which its run cache never restores."""
+    plan, stage, said, stopped = Plan(), "", [], set()
     for line in lines:
         if found := RUNS.match(line):
             stage, said = found.group(1), []
@@ -56,12 +62,23 @@ def read_plan(lines: Sequence[str]) -> Plan:
             plan.unchanged.append(found.group(1))
         elif found := AFTER.search(line):
             plan.after.extend(name for name in NAMED.findall(found.group(1)) if name not in plan.after)
-        elif (found := EXITED.search(line)) and stage and int(found.group(1)) != PLANNED:
-            plan.refused.append(f"{stage} stopped (exit code {found.group(1)}): {said[-1] if said else ''}")
+        elif (found := EXITED.search(line)) and stage:
+            stopped.add(stage)
+            if int(found.group(1)) != PLANNED:
+                plan.refused.append(f"{stage} stopped (exit code {found.group(1)}): {said[-1] if said else ''}")
         elif stage and not line.startswith(("WARNING", "ERROR", "> ")):
             said.append(line)
+    # a stage that ran to its end here (the settings check) is in DVC's run cache now: the experiment restores it
+    plan.checked = [name for name in plan.runs if name not in stopped and name not in always_run]
+    plan.runs = [name for name in plan.runs if name not in plan.checked]
     plan.after = [name for name in plan.after if name not in plan.runs]
     return plan
+
+
+def always_run(dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
+    """The stages of dvc.yaml that DVC runs every time (always_changed)."""
+    stages = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages") or {}
+    return [name for name, stage in stages.items() if isinstance(stage, dict) and stage.get("always_changed")]
 
 
 def planned(options: Sequence[str], environment: dict[str, str] | None = None) -> tuple[Plan, int]:
@@ -69,10 +86,12 @@ def planned(options: Sequence[str], environment: dict[str, str] | None = None) -
     exit code: 0, or 2 where a stage refused a value."""
     name = f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     command = ["dvc", "exp", "run", "--temp", "--keep-going", *_without_name(options), "-n", name]
-    done = subprocess.run(command, capture_output=True, text=True, env={**(environment or os.environ), PLAN_ENV: "1"})
+    # one stream, unbuffered, in the order DVC printed it: a stage's exit code follows its start
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**(environment or os.environ), PLAN_ENV: "1", "PYTHONUNBUFFERED": "1"})
     # where nothing would run, the experiment finished: it is no result of anyone's, so it goes
     subprocess.run(["dvc", "exp", "remove", name], capture_output=True, text=True)
-    plan = read_plan((done.stdout + done.stderr).splitlines())
+    plan = read_plan(done.stdout.splitlines(), always_run())
     return plan, 2 if plan.refused else 0
 
 
@@ -96,7 +115,8 @@ def describe(plan: Plan) -> list[str]:
 
     return [f"would run {len(plan.to_run)}: {names(plan.runs)}" + (f"; then, on what those remake: {names(plan.after)}"
                                                                    if plan.after else ""),
-            f"from DVC's run cache {len(plan.restored)}: {names(plan.restored)}",
+            f"from DVC's run cache {len(plan.restored)}: {names(plan.restored)}"
+            + (f" (and {names(plan.checked)}, which ran here to check the values)" if plan.checked else ""),
             f"unchanged {len(plan.unchanged)}: {names(plan.unchanged)}",
             *plan.refused]
 

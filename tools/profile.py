@@ -5,26 +5,39 @@ it does not name), checked against the schema, then run as a DVC experiment in a
 --temp -n <name>-<time> -S ++key=value ...`): the workspace stays as it was. The results are in the DVC experiment
 (`dvc exp apply <name>` brings them here), its MLflow runs under a parent named after it. The real datasets come
 from $TOKSEL_DATA_MIRROR, else the Hub; with neither, only the stages that need no real data run.
+
+An experiment starts from the newest one of the same profile on this commit, when there is one: DVC copies the
+workspace with that experiment's dvc.lock in place of its own (set aside in .dvc/tmp and put back when DVC is done,
+or by `python -m tools.heal_lock`, which make runs first, after a kill), so that DVC skips every stage whose inputs
+and values the new settings leave as they were, instead of restoring each from its run cache and rewriting dvc.lock
+after it (3 s a stage: most of a variant's time).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 
 from toksel.data.sources import MIRROR_ENV
 from toksel.params import Config
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
+from toksel.runtime.workspace import LOCK
 from tools.plan import describe, planned
+
+SET_ASIDE = Path(".dvc") / "tmp" / "toksel-workspace.lock"  # the workspace's dvc.lock while an experiment starts
 
 
 def settings(tree: dict[str, Any], prefix: str = "") -> list[str]:
@@ -107,16 +120,82 @@ def main(argv: list[str] | None = None) -> int:
           f"profile {name}: no TOKSEL_DATA_MIRROR and HF_HUB_OFFLINE is set: the synthetic datasets only "
           f"({' '.join(targets)})", flush=True)
     profile_settings = [arg for setting in settings(profile) for arg in ("-S", setting)]
-    if "--dry" in argv[1:]:  # DVC's own --dry fails on a pipeline (tools/plan.py says why): the plan instead
-        plan, code = planned([*targets, *profile_settings, *argv[1:]])
-        print("\n".join(f"profile {name}: {line}" for line in describe(plan)), flush=True)
-        return code
-    experiment, options = experiment_name(name, argv[1:])
-    command = ["dvc", "exp", "run", "--temp", *targets, *profile_settings, *options]
-    done = subprocess.run(command).returncode
+    base = newest_experiment(name)
+    copied = []  # DVC copies what git tracks, and what -C names: a dvc.lock git does not track yet
+    if base is not None:
+        print(f"profile {name}: starting from the experiment {base[0]}: DVC skips the stages the settings do not "
+              "reach", flush=True)
+        copied = [] if _tracked(LOCK) else ["-C", str(LOCK)]
+    with starting_from(base[1] if base else None):
+        if "--dry" in argv[1:]:  # DVC's own --dry fails on a pipeline (tools/plan.py says why): the plan instead
+            plan, code = planned([*targets, *profile_settings, *copied, *argv[1:]])
+            print("\n".join(f"profile {name}: {line}" for line in describe(plan)), flush=True)
+            return code
+        experiment, options = experiment_name(name, argv[1:])
+        command = ["dvc", "exp", "run", "--temp", *targets, *profile_settings, *copied, *options]
+        done = subprocess.run(command).returncode
     if done == 0:
         print(f"profile {name}: {closing(experiment)}", flush=True)
     return done
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _tracked(path: Path) -> bool:
+    return subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], capture_output=True).returncode == 0
+
+
+def newest_experiment(profile: str) -> tuple[str, str] | None:
+    """The newest DVC experiment of `profile` on this commit, by name, and its dvc.lock; None without one."""
+    try:
+        head = _git("rev-parse", "HEAD").strip()
+        refs = _git("for-each-ref", "--sort=-committerdate", "--format=%(refname)",
+                    f"refs/exps/{head[:2]}/{head[2:]}/").split()
+        for ref in refs:
+            params = yaml.safe_load(_git("show", f"{ref}:params.yaml"))
+            if isinstance(params, dict) and params.get("profile") == profile:
+                return ref.rsplit("/", 1)[1], _git("show", f"{ref}:{LOCK}")
+    except (OSError, subprocess.CalledProcessError, yaml.YAMLError):  # no git, no lock in it: start from HEAD's
+        return None
+    return None
+
+
+@contextmanager
+def starting_from(lock: str | None) -> Iterator[None]:
+    """The workspace's dvc.lock is `lock` while DVC copies the workspace into the experiment's folder (the whole
+    run: DVC says not when it is done copying), then its own again (or none, as before), also when the run is
+    stopped."""
+    if lock is None:
+        yield
+        return
+    SET_ASIDE.parent.mkdir(parents=True, exist_ok=True)
+    SET_ASIDE.write_bytes(LOCK.read_bytes() if LOCK.is_file() else b"")  # empty: the workspace had none
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        LOCK.write_text(lock)
+        yield
+    finally:
+        put_back()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def put_back() -> bool:
+    """The workspace's own dvc.lock back in place (none where it had none), if a profile set it aside; whether one
+    was."""
+    if not SET_ASIDE.is_file():
+        return False
+    if SET_ASIDE.stat().st_size:
+        SET_ASIDE.replace(LOCK)
+    else:
+        LOCK.unlink(missing_ok=True)
+        SET_ASIDE.unlink()
+    return True
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # a `kill` ends the run as Ctrl-C does: the workspace's dvc.lock goes back first
 
 
 def closing(experiment: str) -> str:
