@@ -80,8 +80,9 @@ test-slow: $(STAMP)
 
 # Every `dvc exp run -S ...` that README.md and docs/ show, as an experiment of the quick profile, in a clone that
 # shares this project's DVC cache: after `make quick`, each reruns only the stages its values reach (CI runs it then).
+# Two at a time, each worker in a clone of its own: most of a variant is DVC's own work, one core's.
 test-docs: $(STAMP)
-	$(BIN)/python -m pytest -q -m docs tests/test_documented_commands.py
+	$(BIN)/python -m pytest -q -n 2 --dist load --durations=0 -m docs tests/test_documented_commands.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src pipelines tests benchmarks tools

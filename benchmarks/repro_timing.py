@@ -4,7 +4,10 @@
 or `dvc exp run -S key=value`) in the project, stamping every line of its output with the time (seconds since the
 epoch) into LOG; `python -m benchmarks.repro_timing table LOG [LOG ...]` reads
 such logs and prints, per stage kind, the stages run and the seconds they took (a stage lasts from its
-"Running stage" line to the next one, or to the end of the run), one column per log, as Markdown.
+"Running stage" line to the next one, or to the end of the run), one column per log, as Markdown;
+`python -m benchmarks.repro_timing loop LOG [LOG ...]` reads a variant's log (an experiment that runs some stages and
+restores or skips the others) and prints, per log, the seconds DVC spent on the stages it ran (each named), on those
+it restored from its run cache and on those it found unchanged, each lasting to DVC's next such line.
 Run it with the project's environment active (the stages call `python`) and the data mirror set.
 """
 
@@ -20,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STAGE_LINE = re.compile(r"^(\d+) Running stage '([^']+)'")
+DECIDED = {"ran": re.compile(r"^(\d+) Running stage '([^']+)'"),
+           "restored": re.compile(r"^(\d+) Stage '([^']+)' is cached - skipping run"),
+           "unchanged": re.compile(r"^(\d+) Stage '([^']+)' didn't change, skipping")}
 STAMPED = re.compile(r"^(\d+) ")
 
 
@@ -95,6 +101,26 @@ def table(logs: list[Path]) -> list[str]:
     return lines
 
 
+def loop(log: Path) -> str:
+    """A variant's log in a few lines: its seconds by what DVC decided for each stage, the stages it ran."""
+    lines = log.read_text().splitlines()
+    stamps = [int(found.group(1)) for line in lines if (found := STAMPED.match(line))]
+    decided = [(int(found.group(1)), kind, found.group(2)) for line in lines for kind, pattern in DECIDED.items()
+               if (found := pattern.match(line))]
+    if not decided:
+        raise ValueError(f"{log}: DVC decided on no stage")
+    seconds: dict[str, int] = defaultdict(int)
+    ran = []
+    for (start, kind, stage), stop in zip(decided, [at for at, _, _ in decided[1:]] + [stamps[-1]], strict=True):
+        seconds[kind] += stop - start
+        if kind == "ran":
+            ran.append(f"{stage} {stop - start} s")
+    counts = {kind: sum(1 for _, found, _ in decided if found == kind) for kind in DECIDED}
+    return (f"{log.name}: {stamps[-1] - stamps[0]:,} s; before the first stage {decided[0][0] - stamps[0]} s; "
+            + "; ".join(f"{kind} {counts[kind]} stages, {seconds[kind]:,} s" for kind in DECIDED)
+            + f"\n  ran: {', '.join(ran)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) >= 2 and args[0] == "run":
@@ -102,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) >= 2 and args[0] == "table":
         print("\n".join(table([Path(name) for name in args[1:]])))
         return 0
-    print("usage: python -m benchmarks.repro_timing run LOG [COMMAND ...] | table LOG [LOG ...]", file=sys.stderr)
+    if len(args) >= 2 and args[0] == "loop":
+        print("\n".join(loop(Path(name)) for name in args[1:]))
+        return 0
+    print("usage: python -m benchmarks.repro_timing run LOG [COMMAND ...] | table LOG [LOG ...] | loop LOG [LOG ...]",
+          file=sys.stderr)
     return 2
 
 

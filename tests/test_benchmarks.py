@@ -89,6 +89,18 @@ def test_the_repro_timing_splits_a_stamped_log_by_stage_kind(tmp_path):
     assert table([log])[-1] == "| **all** | **3, 31 s** |"
 
 
+def test_a_variants_log_is_split_by_what_dvc_decided_for_each_stage(tmp_path):
+    from benchmarks.repro_timing import loop
+
+    log = tmp_path / "variant.log"
+    log.write_text("100 profile quick: starting\n104 Running stage 'check_params':\n"
+                   "109 Stage 'prepare@imdb' didn't change, skipping\n110 Stage 'one_step@synthetic' is cached - "
+                   "skipping run, checking out outputs\n114 Running stage 'one_step@imdb':\n130 exit 0\n")
+    assert loop(log).splitlines() == [
+        "variant.log: 30 s; before the first stage 4 s; ran 2 stages, 21 s; restored 1 stages, 4 s; "
+        "unchanged 1 stages, 1 s", "  ran: check_params 5 s, one_step@imdb 16 s"]
+
+
 def test_the_interruption_check_compares_every_number_but_the_timings(tmp_path):
     from benchmarks.interruptions import differences, metrics
 
