@@ -155,7 +155,9 @@ def quick_clone(tmp_path_factory) -> tuple[Path, str]:
     experiments = f"refs/exps/{head[:2]}/{head[2:]}/*"
     subprocess.run(["git", "fetch", "-q", str(ROOT), f"{experiments}:{experiments}"], cwd=project, check=True)
     with contextlib.chdir(project):
-        found = newest_experiment("quick")
+        profile = read_profile("quick")
+        found = newest_experiment("quick", OmegaConf.to_container(OmegaConf.merge(OmegaConf.load("params.yaml"),
+                                                                                   profile)))
     if found is not None:
         return project, found[0]
     done = _profile(project, ["-n", "doc-base"])

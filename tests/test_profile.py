@@ -1,10 +1,14 @@
 """The named profiles (profiles/*.yaml) that `make quick` and CI run as DVC experiments (tools/profile.py)."""
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.helpers import ROOT
 from toksel.runtime.config import load_config
-from tools.profile import main, read_profile, settings, synthetic_targets
+from tools.profile import main, newest_experiment, read_profile, settings, synthetic_targets
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +52,37 @@ def test_the_paper_profile_runs_the_ablations_at_the_papers_sizes():
     flags = settings(read_profile("paper"))  # checked against the schema
     assert '++profile="paper"' in flags and '++sequence.scale="paper"' in flags and "++train.seeds=5" in flags
     assert load_config().sequence.paper.d == 2048  # what sequence.scale=paper selects
+
+
+def test_a_variant_starts_from_the_profiles_own_run_rather_than_from_a_newer_variant(tmp_path, monkeypatch):
+    """The experiment a variant starts from: the newest whose params are the profile's own values; without one,
+    the newest of the profile; another profile's or another commit's, never."""
+    monkeypatch.chdir(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], check=True)
+    Path("params.yaml").write_text("profile: full\nlr: 0.1\n")
+    Path("dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    subprocess.run(["git", "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "head"], check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+    def experiment(name: str, params: str, when: int) -> None:
+        Path("params.yaml").write_text(params)
+        Path("dvc.lock").write_text(f"# {name}\n")
+        subprocess.run(["git", "add", "-A"], check=True)
+        tree = subprocess.run(["git", "write-tree"], capture_output=True, text=True, check=True).stdout.strip()
+        dated = {**os.environ, "GIT_COMMITTER_DATE": f"{1_700_000_000 + when} +0000"}
+        commit = subprocess.run([*git, "commit-tree", tree, "-p", head, "-m", name], capture_output=True, text=True,
+                                check=True, env=dated).stdout.strip()
+        subprocess.run(["git", "update-ref", f"refs/exps/{head[:2]}/{head[2:]}/{name}", commit], check=True)
+        subprocess.run(["git", "checkout", "-q", "--", "."], check=True)
+        subprocess.run(["git", "reset", "-q"], check=True)
+
+    quick = {"profile": "quick", "lr": 0.01}
+    assert newest_experiment("quick", quick) is None
+    experiment("other", "profile: paper\nlr: 0.01\n", 1_000)
+    experiment("base", "profile: quick\nlr: 0.01\n", 2_000)
+    experiment("variant", "profile: quick\nlr: 0.02\n", 3_000)
+    assert newest_experiment("quick", quick) == ("base", "# base\n")
+    assert newest_experiment("quick", {"profile": "quick", "lr": 0.5}) == ("variant", "# variant\n")
+    assert newest_experiment("paper", None) == ("other", "# other\n")

@@ -6,7 +6,8 @@ it does not name), checked against the schema, then run as a DVC experiment in a
 (`dvc exp apply <name>` brings them here), its MLflow runs under a parent named after it. The real datasets come
 from $TOKSEL_DATA_MIRROR, else the Hub; with neither, only the stages that need no real data run.
 
-An experiment starts from the newest one of the same profile on this commit, when there is one: DVC copies the
+An experiment starts from the profile's own run on this commit (the newest experiment whose params are the
+profile's values, else the newest of the profile), when there is one: DVC copies the
 workspace with that experiment's dvc.lock in place of its own (set aside in .dvc/tmp and put back when DVC is done,
 or by `python -m tools.heal_lock`, which make runs first, after a kill), so that DVC skips every stage whose inputs
 and values the new settings leave as they were, instead of restoring each from its run cache and rewriting dvc.lock
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
           f"profile {name}: no TOKSEL_DATA_MIRROR and HF_HUB_OFFLINE is set: the synthetic datasets only "
           f"({' '.join(targets)})", flush=True)
     profile_settings = [arg for setting in settings(profile) for arg in ("-S", setting)]
-    base = newest_experiment(name)
+    base = newest_experiment(name, OmegaConf.to_container(OmegaConf.merge(OmegaConf.load("params.yaml"), profile)))
     copied = []  # DVC copies what git tracks, and what -C names: a dvc.lock git does not track yet
     if base is not None:
         print(f"profile {name}: starting from the experiment {base[0]}: DVC skips the stages the settings do not "
@@ -147,19 +148,26 @@ def _tracked(path: Path) -> bool:
     return subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], capture_output=True).returncode == 0
 
 
-def newest_experiment(profile: str) -> tuple[str, str] | None:
-    """The newest DVC experiment of `profile` on this commit, by name, and its dvc.lock; None without one."""
+def newest_experiment(profile: str, values: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """The DVC experiment of `profile` on this commit to start from, by name, and its dvc.lock: the newest whose
+    params are `values` (the profile's own run, which a variant of one value differs from by that value alone),
+    else the newest of the profile; None without one."""
     try:
         head = _git("rev-parse", "HEAD").strip()
         refs = _git("for-each-ref", "--sort=-committerdate", "--format=%(refname)",
                     f"refs/exps/{head[:2]}/{head[2:]}/").split()
+        newest = None
         for ref in refs:
-            params = yaml.safe_load(_git("show", f"{ref}:params.yaml"))
-            if isinstance(params, dict) and params.get("profile") == profile:
-                return ref.rsplit("/", 1)[1], _git("show", f"{ref}:{LOCK}")
-    except (OSError, subprocess.CalledProcessError, yaml.YAMLError):  # no git, no lock in it: start from HEAD's
+            params = OmegaConf.to_container(OmegaConf.create(_git("show", f"{ref}:params.yaml")))
+            if not isinstance(params, dict) or params.get("profile") != profile:
+                continue
+            newest = newest or ref
+            if params == values:
+                newest = ref
+                break
+        return (newest.rsplit("/", 1)[1], _git("show", f"{newest}:{LOCK}")) if newest else None
+    except (OSError, subprocess.CalledProcessError, ValueError, yaml.YAMLError):  # no git, no lock: HEAD's
         return None
-    return None
 
 
 @contextmanager

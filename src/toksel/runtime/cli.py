@@ -22,7 +22,7 @@ from pathlib import Path
 
 from toksel.params import Config
 from toksel.runtime.config import describe, load_config, params_hash, read_config
-from toksel.runtime.distributed import WorkerFinished, is_worker
+from toksel.runtime.distributed import is_worker
 from toksel.runtime.errors import Terminated, ToksError, forget_stops, raise_if_stopped, stop
 from toksel.runtime.fanout import map_units
 from toksel.runtime.io import (
@@ -180,7 +180,7 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
         with outputs_together():  # every output of the stage (all its seeds, its run records) replaces the old ones
             if every_seed is None:
                 record = naming.record(config, sections, False, told_dataset(argv), [])
-                done = [_run_unit(SeedUnit(body, record, config), captured=False)]
+                done = [_run_unit(SeedUnit(body, record, config), captured=is_worker())]
             else:
                 configs = [replace(config, seed=seed) for seed in (seeds(config) if seeds else config.base.seeds)]
                 units = [SeedUnit(body, naming.record(seeded, sections, True, told_dataset(argv), []), seeded)
@@ -188,22 +188,21 @@ def _run(stage: str, sections: tuple[str, ...], body: StageBody, argv: list[str]
                 # in-process under DDP, whose processes Lightning starts itself
                 done = ([_run_unit(unit) for unit in units] if config.train.strategy == "ddp"
                         else map_units(_run_unit, units, config.compute, "processes"))
+            if is_worker():  # a DDP worker has trained its share of every fit, as rank 0 did: rank 0 writes the files
+                return 0
             for record, files, seconds in done:
                 write_files(files)
                 _tell(record, seconds)
-            if not is_worker():
-                if every_seed is not None:
-                    recorded = [item for record, _, _ in done for item in record.recorded]
-                    write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))
-                params_yaml = read.params_path.read_text() if read.params_path.exists() else ""  # publish shows it
-                write_records(naming.records_path(config), [record for record, _, _ in done],
-                              {"params_yaml": params_yaml})
+            if every_seed is not None:
+                recorded = [item for record, _, _ in done for item in record.recorded]
+                write_json(every_seed(config).with_suffix(".json"), gathered_metrics(recorded, every_seed(config)))
+            params_yaml = read.params_path.read_text() if read.params_path.exists() else ""  # publish shows it
+            write_records(naming.records_path(config), [record for record, _, _ in done],
+                          {"params_yaml": params_yaml})
             # at the end, before the outputs replace the old ones
             check_params_unchanged(read.params_path, read.params_digest)
             check_experiment_alone()
             raise_if_stopped()
-    except WorkerFinished:  # a DDP worker's share is done; rank 0 writes the outputs
-        return 0
     except ToksError as error:
         print(f"{stage}: {error}", file=sys.stderr)
         return 2

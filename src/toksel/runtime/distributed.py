@@ -2,7 +2,7 @@
 
 Lightning's `ddp` strategy starts one process per device by running the stage's command again, with
 LOCAL_RANK and NODE_RANK set (torchrun and SLURM set RANK). Rank 0 owns the stage's MLflow run and writes its
-outputs; the others, the workers, train their share of each batch and stop once fitting is done.
+outputs; the others, the workers, go through the same fits, train their share of each batch and write nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,3 @@ def is_worker() -> bool:
     """True in a DDP process other than global rank 0."""
     return any(os.environ.get(name, "0") != "0" for name in RANK_VARIABLES)
 
-
-class WorkerFinished(Exception):  # noqa: N818 (not an error: the normal end of a worker)
-    """Raised in a worker process once fitting is done: the stage ends there, successfully (exit code 0)."""

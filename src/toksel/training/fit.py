@@ -6,7 +6,7 @@ With train.strategy=ddp, Lightning runs one process per device (train.devices x 
 trains on its share of every batch (training/data.py) and DDP averages the gradients, which for equal shares is
 the gradient of the whole batch: the fit matches one process's. Every process validates and tests on all rows,
 so early stopping and the best checkpoint agree everywhere. Every process goes through the same fits; only rank
-0 writes outputs and logs (training/protocol.py ends the workers after their last fit).
+0 writes outputs and logs (a worker goes through the stage to its end and writes nothing: runtime/cli.py).
 
 A fit killed at any point and run again ends as the uninterrupted fit does, bit for bit: it goes on from its last
 checkpoint (last.ckpt, written after every epoch: weights, optimiser, loop and callback states), and the order of

@@ -45,7 +45,7 @@ import pytorch_lightning as pl
 
 from toksel.claims.catalogue import CONTROL_PREFIX
 from toksel.claims.measurements import SCREEN_PREFIX
-from toksel.runtime.distributed import WorkerFinished, is_worker
+from toksel.runtime.distributed import is_worker
 from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import FitPlan, FitResult, TrainingDiverged, fit
 from toksel.training.record import Fitted, Metrics, TokenReading, Trained, epoch_spreads, summarise
@@ -173,9 +173,8 @@ def train_with_control(protocol: Protocol, rates: Sequence[float], matched: floa
     if control:
         shuffled = protocol.fit(kept_lr, "control", shuffled=True)  # the claims' own fit, on labels without signal
         controls = {CONTROL_PREFIX + name: value for name, value in shuffled.metrics.items()}
-    if is_worker():  # a DDP worker has trained its share of every fit; rank 0 writes the outputs
-        raise WorkerFinished
-    shutil.rmtree(protocol.plan.checkpoints, ignore_errors=True)  # finished: nothing left to resume
+    if not is_worker():  # a DDP worker goes on to the stage's next fit with rank 0; rank 0 owns the files
+        shutil.rmtree(protocol.plan.checkpoints, ignore_errors=True)  # finished: nothing left to resume
     screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows))}
     return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
                    pd.DataFrame(rows), epoch_frame(kept, full.get(matched)))
