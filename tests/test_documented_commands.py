@@ -58,7 +58,7 @@ def test_the_own_file_example_runs_on_the_quick_profile_and_the_report_names_its
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 VALUE = r"(?:'[^']*'|\"[^\"]*\"|[^\s`'\"]+)"  # quoted, or up to a space, a quote or the end of a code span
-COMMAND = re.compile(rf"(dvc exp run|python -m tools\.plan|python -m tools\.profile \w+)"
+COMMAND = re.compile(rf"(dvc exp run|python -m tools\.plan|python -m tools\.profile \w+|make quick REPRO_FLAGS=\")"
                      rf"((?: +(?:-S +{VALUE}|--?[\w-]+|\w+@[\w.-]+))*)")
 SETTING = re.compile(r"-S +(?:'([^']*)'|\"([^\"]*)\"|([^\s`'\"]+))")
 TARGET = re.compile(r"(?:^| )([\w]+@[\w.-]+)")
@@ -83,7 +83,7 @@ def documented_commands() -> list[Documented]:
     found: dict[tuple, Documented] = {}
     for document in DOCUMENTS:
         for number, line in enumerate(document.read_text().splitlines(), 1):
-            for part in line.split("&&"):
+            for part in line.replace('REPRO_FLAGS="', 'REPRO_FLAGS=" ').split("&&"):  # its options as on a command line
                 for command in COMMAND.finditer(part):
                     settings = tuple(next(value for value in match if value) for match in SETTING.findall(command[2]))
                     if not settings or not all("=" in setting for setting in settings):  # none, or `-S ...`
@@ -104,6 +104,7 @@ def test_the_documented_commands_are_found_as_written():
     assert "datasets.synthetic.one_step.eta0=50" in found  # docs/operations.md's example: planned, queued
     assert "datasets.synthetic.one_step.eta0=50 datasets.synthetic.gradient_flow.horizon=1e12" in found
     assert "phase.eta0=[10,14,20,28,40] phase.d=[1024]" in found  # quoted values
+    assert "datasets.imdb.one_step.eta0=500" in found  # README's make quick REPRO_FLAGS="-S ..."
     assert "train.strategy=ddp train.devices=2 train@yelp_polarity" in found and not found[
         "train.strategy=ddp train.devices=2 train@yelp_polarity"].gpu  # a target; two CPU processes
     assert found["sequence.scale=paper train.accelerator=gpu train.precision=bf16-mixed"].gpu
