@@ -19,7 +19,7 @@ from tests.helpers import ROOT, dvc_environment
 from tests.test_file_data import reviews
 from toksel.report.header import dataset_rows
 from toksel.runtime.config import load_config
-from tools.profile import newest_experiment, read_profile, real_data
+from tools.profile import newest_experiment, profile_values, read_profile, real_data
 
 DATASETS_DOC = ROOT / "docs" / "datasets.md"
 
@@ -156,9 +156,7 @@ def quick_clone(tmp_path_factory) -> tuple[Path, str]:
     experiments = f"refs/exps/{head[:2]}/{head[2:]}/*"
     subprocess.run(["git", "fetch", "-q", str(ROOT), f"{experiments}:{experiments}"], cwd=project, check=True)
     with contextlib.chdir(project):
-        profile = read_profile("quick")
-        found = newest_experiment("quick", OmegaConf.to_container(OmegaConf.merge(OmegaConf.load("params.yaml"),
-                                                                                   profile)))
+        found = newest_experiment("quick", profile_values(read_profile("quick")))
     if found is not None:
         return project, found[0]
     done = _profile(project, ["-n", "doc-base"])

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
           f"profile {name}: no TOKSEL_DATA_MIRROR and HF_HUB_OFFLINE is set: the synthetic datasets only "
           f"({' '.join(targets)})", flush=True)
     profile_settings = [arg for setting in settings(profile) for arg in ("-S", setting)]
-    base = newest_experiment(name, OmegaConf.to_container(OmegaConf.merge(OmegaConf.load("params.yaml"), profile)))
+    base = newest_experiment(name, profile_values(profile))
     copied = []  # DVC copies what git tracks, and what -C names: a dvc.lock git does not track yet
     if base is not None:
         print(f"profile {name}: starting from the experiment {base[0]}: DVC skips the stages the settings do not "
@@ -138,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     if done == 0:
         print(f"profile {name}: {closing(experiment)}", flush=True)
     return done
+
+
+def profile_values(profile: dict[str, Any], params: Path = Path("params.yaml")) -> dict[str, Any]:
+    """params.yaml with the profile's values set, as the profile's own experiment records it."""
+    return OmegaConf.to_container(OmegaConf.merge(OmegaConf.load(params), profile))
 
 
 def _git(*args: str) -> str:
