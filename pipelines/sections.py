@@ -4,8 +4,9 @@ stage's include those of the theory stages it reads from (a flow run carries the
 sizes it was built on), so that its run shows its lineage.
 
 A stage logs these as its run's parameters (MLflow shows them) and tags its run with their digest. What reruns a
-stage is DVC's: the keys dvc.yaml lists under the stage's `params:`, which hold these and those of the stages it
-reads from (tests/test_stage_deps.py checks that they do).
+stage is DVC's: the keys dvc.yaml lists under the stage's `params:`, which hold these and every other value the stage
+reads while it runs (which claims are judged on its dataset: pair.dataset), and no more (tests/test_stage_deps.py
+and tests/test_stage_reads.py check that they do).
 """
 
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {

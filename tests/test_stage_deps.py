@@ -1,7 +1,7 @@
 """dvc.yaml, written by hand, against the code and the settings: every stage depends on the code it computes with
-(a file or folder of its deps holds each module it imports, plumbing aside) and lists under `params:` every value
-it reads and every value of the stages whose outputs it reads, so that `dvc status` and `dvc exp run --dry` name
-each stage a change reaches before anything runs. A compute stage depends on no plumbing, view or rendering code."""
+(a file or folder of its deps holds each module it imports, plumbing aside) and lists under `params:` the values its
+run logs (pipelines/sections.py; tests/test_stage_reads.py checks every value read, and no more, as the stages run).
+A compute stage depends on no plumbing, view or rendering code."""
 
 import grimp
 import pytest
@@ -121,25 +121,16 @@ def test_every_stage_can_come_from_the_run_cache_and_git_shows_only_the_last_sta
         "results/report/report.md", "results/report/claims.csv", "results/report/verdicts.json"}
 
 
-def missing_lineage(stages: dict, name: str, keys: set[str]) -> list[str]:
-    """`<stage>: <key>` for each value of a stage whose outputs `name` reads that `keys` leave out."""
-    made_by = {path: source for source, stage in stages.items() for path in _paths(stage, "outs")}
-    upstream = {made_by[out] for path in _paths(stages[name], "deps") for out in made_by
-                if out == path or out.startswith(f"{path}/")}
-    return sorted(f"{source}: {key}" for source in upstream for key in _keys(stages[source]) if not covered(key, keys))
-
-
-def test_every_stage_lists_what_it_reads_and_what_its_inputs_were_made_with(stages):
+def test_every_stage_lists_the_values_its_run_logs(stages):
     for name, stage in stages.items():
         keys = _keys(stage)
         if name == "check_params" or stage.always_changed:
             continue  # params.yaml whole, as a file; the ledger and publish run every time
         assert unread_keys(stage, keys) == [], name
-        assert missing_lineage(stages, name, keys) == [], name
 
 
 def test_the_checks_find_what_they_look_for(graph, stages):
-    """Each check could fail: an import no dep holds, a value read and not listed, an upstream value left out."""
+    """Each check could fail: an import no dep holds, a value read and not listed."""
     flow = stages["gradient_flow@imdb"]
     graph.add_import(importer="pipelines.gradient_flow", imported="toksel.training.fit")
     assert "toksel.training.fit" in uncovered_imports(graph, flow)
@@ -148,5 +139,3 @@ def test_the_checks_find_what_they_look_for(graph, stages):
     without = {key for key in _keys(flow) if key != "datasets.imdb.gradient_flow"}
     assert unread_keys(flow, without) == ["gradient_flow"]
     assert not covered("datasets.imdb.one_step", {"datasets.imdb.data", "one_step"})
-    without = {key for key in _keys(flow) if key != "datasets.imdb.one_step"}
-    assert missing_lineage(stages, "gradient_flow@imdb", without) == ["one_step@imdb: datasets.imdb.one_step"]
