@@ -29,13 +29,13 @@ import yaml
 import toksel.params
 import toksel.runtime.cli
 from pipelines.sections import STAGE_SECTIONS
-from tests.helpers import tiny_dvc_project
+from tests.helpers import ROOT, tiny_dvc_project
 from toksel.params import DATASET_SECTIONS, Config
 
 pytestmark = pytest.mark.slow
 
 NOT_RUN = ("toksel.publish",)  # the view in MLflow: no value of a section, and it runs every time
-SHARED = yaml.safe_load(Path(__file__).resolve().parents[1].joinpath("params.yaml").read_text())
+SHARED = yaml.safe_load((ROOT / "params.yaml").read_text())  # the shared sections, the entries' own ones
 
 
 class Reads:
