@@ -21,7 +21,6 @@ import graphlib
 import importlib
 import typing
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
