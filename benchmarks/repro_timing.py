@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STAGE_LINE = re.compile(r"^(\d+) Running stage '([^']+)'")
-DECIDED = {"ran": re.compile(r"^(\d+) Running stage '([^']+)'"),
+DECIDED = {"ran": STAGE_LINE,
            "restored": re.compile(r"^(\d+) Stage '([^']+)' is cached - skipping run"),
            "unchanged": re.compile(r"^(\d+) Stage '([^']+)' didn't change, skipping")}
 STAMPED = re.compile(r"^(\d+) ")

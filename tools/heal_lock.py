@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from toksel.runtime.workspace import LOCK, LOCK_COPY
-from tools.profile import put_back
+from toksel.runtime.workspace import LOCK, LOCK_COPY, put_back
 
 
 def whole(path: Path) -> bool:

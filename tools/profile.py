@@ -35,10 +35,8 @@ from toksel.data.sources import MIRROR_ENV
 from toksel.params import Config
 from toksel.runtime.config import load_config
 from toksel.runtime.errors import ToksError
-from toksel.runtime.workspace import LOCK
+from toksel.runtime.workspace import LOCK, SET_ASIDE, put_back
 from tools.plan import describe, planned
-
-SET_ASIDE = Path(".dvc") / "tmp" / "toksel-workspace.lock"  # the workspace's dvc.lock while an experiment starts
 
 
 def settings(tree: dict[str, Any], prefix: str = "") -> list[str]:
@@ -192,19 +190,6 @@ def starting_from(lock: str | None) -> Iterator[None]:
     finally:
         put_back()
         signal.signal(signal.SIGTERM, previous)
-
-
-def put_back() -> bool:
-    """The workspace's own dvc.lock back in place (none where it had none), if a profile set it aside; whether one
-    was."""
-    if not SET_ASIDE.is_file():
-        return False
-    if SET_ASIDE.stat().st_size:
-        SET_ASIDE.replace(LOCK)
-    else:
-        LOCK.unlink(missing_ok=True)
-        SET_ASIDE.unlink()
-    return True
 
 
 def _interrupted(signum: int, frame: object) -> None:

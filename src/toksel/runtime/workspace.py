@@ -22,10 +22,24 @@ from toksel.runtime.processes import Process
 
 LOCK = Path("dvc.lock")
 LOCK_COPY = Path(".dvc") / "tmp" / "toksel-dvc.lock"  # dvc.lock as it was when DVC started the last stage
+SET_ASIDE = Path(".dvc") / "tmp" / "toksel-workspace.lock"  # the workspace's own while a profile's experiment starts
 CLAIM = Path(".dvc") / "tmp" / "toksel-experiment.json"
 DVC_RUN = Path(".dvc") / "tmp" / "exps" / "run" / "workspace"  # DVC's record of the experiment in the workspace
 ONE_AT_A_TIME = ("run experiments in one workspace one after the other, or queue them (`dvc exp run --queue "
                  "-S ...`, then `dvc queue start`)")
+
+
+def put_back() -> bool:
+    """The workspace's own dvc.lock back in place (none where it had none), if a profile set it aside; whether one
+    was."""
+    if not SET_ASIDE.is_file():
+        return False
+    if SET_ASIDE.stat().st_size:
+        SET_ASIDE.replace(LOCK)
+    else:
+        LOCK.unlink(missing_ok=True)
+        SET_ASIDE.unlink()
+    return True
 
 
 def keep_lock_copy() -> None:
