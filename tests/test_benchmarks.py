@@ -136,3 +136,15 @@ def test_the_output_comparison_finds_a_moved_number_in_each_kind_of_file_and_let
     assert compare([str(tmp_path / "old"), str(tmp_path / "moved")]) == 1
     said = capsys.readouterr().out
     assert "3 differences" in said and "metrics.json: .loss" in said and "table.csv: b[0]" in said
+
+
+def test_the_lock_benchmark_builds_the_same_stages_in_one_dvc_yaml_or_several_and_runs_each(tmp_path):
+    from benchmarks.lock_split import build, lock_lines, seconds_to_repro
+
+    for files in (1, 2):
+        root = tmp_path / f"files{files}"
+        build(root, n_stages=3, n_files=files)
+        assert len(list(root.rglob("dvc.yaml"))) == files
+        assert seconds_to_repro(root, files) > 0
+        assert sorted(path.name for path in (root / "out").iterdir()) == ["0.txt", "1.txt", "2.txt"]
+        assert len(list(root.rglob("dvc.lock"))) == files and lock_lines(root) > 3 * 12
