@@ -6,11 +6,13 @@ file and reads one section of short lists from params.yaml, so its lock entry is
 and times `dvc repro -f` in each: all stages in one dvc.yaml, or spread over several in subfolders (`wdir: ..`,
 run with `dvc repro -P`, since a plain `dvc repro` runs only the top dvc.yaml).
 
-    python -m benchmarks.lock_split [STAGES] [FILES]
+    python -m benchmarks.lock_split [STAGES] [FILES]   (default 60 6)
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +35,7 @@ def build(root: Path, n_stages: int, n_files: int) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     (root / "out").mkdir()
     (root / ".gitignore").write_text("/out\n")
-    per_file = -(-n_stages // n_files)
+    per_file = math.ceil(n_stages / n_files)
     for group in range(n_files):
         folder = root if n_files == 1 else root / f"part{group}"
         folder.mkdir(exist_ok=True)
@@ -61,9 +63,11 @@ def lock_lines(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    n_stages = int(args[0]) if args else 60
-    n_files = int(args[1]) if len(args) > 1 else 6
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.lock_split", description=__doc__.splitlines()[0])
+    parser.add_argument("stages", nargs="?", type=int, default=60)
+    parser.add_argument("files", nargs="?", type=int, default=6, help="dvc.yaml files to spread the stages over")
+    args = parser.parse_args(argv)  # a bad argument: argparse's one line and exit code 2
+    n_stages, n_files = args.stages, args.files
     with tempfile.TemporaryDirectory() as tmp:
         for files in (1, n_files):
             root = Path(tmp) / f"files{files}"
