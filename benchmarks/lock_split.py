@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -22,15 +21,14 @@ from pathlib import Path
 
 import yaml
 
-# dvc and python from this interpreter's folder (the project's .venv) first, for DVC and the stages' commands
-ENVIRONMENT = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+from tests.helpers import dvc_environment  # this interpreter's dvc and python first
 
 
 def build(root: Path, n_stages: int, n_files: int) -> None:
     """A git and DVC project of n_stages trivial stages over n_files dvc.yaml files (1: the top one only)."""
     root.mkdir(parents=True)
     for command in (["git", "init", "-q"], ["dvc", "init", "-q"]):
-        subprocess.run(command, cwd=root, check=True, env=ENVIRONMENT)
+        subprocess.run(command, cwd=root, check=True, env=dvc_environment())
     params = {f"section{i}": {f"key{j}": [1, 2, 3, 4, 5] for j in range(12)} for i in range(n_stages)}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     (root / "out").mkdir()
@@ -54,7 +52,7 @@ def build(root: Path, n_stages: int, n_files: int) -> None:
 def seconds_to_repro(root: Path, n_files: int) -> float:
     command = ["dvc", "repro", "-f", "-q"] + (["-P"] if n_files > 1 else [])
     started = time.perf_counter()
-    subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRONMENT)
+    subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, env=dvc_environment())
     return time.perf_counter() - started
 
 
