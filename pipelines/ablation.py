@@ -47,7 +47,8 @@ def pair_accuracy(config: Config, module: SequenceModule) -> dict[str, float]:
     vocab = vocabulary(synthetic.mode, synthetic.n_positive, synthetic.n_negative, synthetic.n_irrelevant)
     test = PackedSplit.load(data_dir(config.dataset, config.seed) / "test.npz")
     rows = pair_rows(test, vocab)
-    return {"pair_accuracy": accuracy_on(module, test, rows, config.sequence.profile.max_len),
+    return {"pair_accuracy": accuracy_on(module, test, rows, config.sequence.profile.max_len,
+                                         config.sequence.batch_size),
             "pair_test_rows": float(len(rows))}
 
 

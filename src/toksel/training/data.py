@@ -1,16 +1,20 @@
-"""The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR without copying the split.
+"""The packed corpus as a LightningDataModule: minibatches of bags, cut from the CSR.
 
 The train split is divided (seeded) into train and validation rows; the test split is kept whole. max_train and
 max_test cut either to a seeded subset first (0: all rows). `label_seed` replaces the labels of the train split
 by shuffled ones (PackedSplit.with_shuffled_labels, before it is divided into train and validation rows): the
 negative controls' data, on which a model learns labels that say nothing of its inputs, and is then scored on
-the true labels of the test split, as the claim's own model is. A batch is a dict of tensors (what Lightning moves
-to the device): rows renumbered 0 .. n-1, token ids, counts, labels.
+the true labels of the test split, as the claim's own model is. A batch is a dict of tensors: rows renumbered
+0 .. n-1, token ids, counts, labels.
 
 Each epoch's order of the training rows is drawn from (seed, epoch), the epoch the trainer is in: a fit resumed
 at epoch k sees the batches the uninterrupted fit saw there. Under DDP every process draws the same batches and
 trains on its strided share of each: the averaged gradient is the whole batch's when the batch divides evenly
 among the processes.
+
+The batches are built where the model is (BagBatches): an epoch's bags are cut on the host in one vectorised pass
+and moved to the fit's device at once, and each batch is then a slice of them. On a GPU a step then waits for no
+host work and no copy; a step's batch is the same as one cut alone, so the numbers do not depend on where it runs.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import Sampler
 
 from toksel.data.corpus import PackedSplit
+from toksel.training.device import resident_device
 
 
 def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
@@ -41,14 +46,20 @@ def batch_of_rows(split: PackedSplit, rows: np.ndarray, dtype: torch.dtype = tor
     }
 
 
+EVALUATED = ("val", "test")  # the splits every fit and every epoch's log read whole, the same batches each time
+
+
 class EpochOrder(Sampler[int]):
     """Positions 0 .. n-1 in an order drawn from (seed, the current epoch)."""
 
     def __init__(self, n: int, seed: int, epoch: Callable[[], int]) -> None:
         self.n, self.seed, self.epoch = n, seed, epoch
 
+    def permutation(self) -> np.ndarray:
+        return np.random.default_rng((self.seed, self.epoch())).permutation(self.n)
+
     def __iter__(self) -> Iterator[int]:
-        return iter(np.random.default_rng((self.seed, self.epoch())).permutation(self.n).tolist())
+        return iter(self.permutation().tolist())
 
     def __len__(self) -> int:
         return self.n
@@ -63,6 +74,7 @@ class PackedDataModule(pl.LightningDataModule):
             directory, batch_size, val_fraction, seed, dtype)
         self.max_train, self.max_test, self.label_seed = max_train, max_test, label_seed
         self.splits: dict[str, tuple[PackedSplit, np.ndarray]] = {}
+        self._fixed: dict[tuple[str, str], BagBatches] = {}  # the evaluated splits' batches, by split and device
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
@@ -96,23 +108,78 @@ class PackedDataModule(pl.LightningDataModule):
         """The epoch the trainer is in (0 outside a fit): it seeds the order of that epoch's batches."""
         return self.trainer.current_epoch if self.trainer is not None else 0
 
-    def loader(self, name: str, shuffle: bool = False, shared: bool = False) -> DataLoader:
-        """Batches of the split `name` (shuffle: in the epoch's order); shared: only this DDP process's share of
-        each."""
-        split, rows = self.rows(name)
+    def device(self) -> torch.device:
+        """Where the fit runs (the CPU outside one): the batches are built there."""
+        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
 
-        def collate(chosen: list[int]) -> dict[str, torch.Tensor]:
-            chosen = np.asarray(chosen)
-            return batch_of_rows(split, self.share(chosen) if shared else chosen, self.dtype)
+    def batches(self, name: str, shuffle: bool = False) -> list[np.ndarray]:
+        """The split's rows in batches: in the epoch's order (shuffle), else in order."""
+        rows = self.rows(name)[1]
+        order = rows[EpochOrder(len(rows), self.seed, self.epoch).permutation()] if shuffle else rows
+        return [order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)]
 
-        order = EpochOrder(len(rows), self.seed, self.epoch) if shuffle else None
-        return DataLoader(rows, batch_size=self.batch_size, sampler=order, collate_fn=collate)
+    def loader(self, name: str, shuffle: bool = False, shared: bool = False,
+               device: torch.device | None = None) -> BagBatches:
+        """Batches of the split `name` (shuffle: in the epoch's order; shared: only this DDP process's share of
+        each) built on `device` (the fit's when None). The validation and test batches never change: cut once per
+        device, for every fit and every pass of this data."""
+        split, device = self.rows(name)[0], self.device() if device is None else device
+        fixed = not shuffle and not shared
+        if fixed and name in EVALUATED and (name, str(device)) in self._fixed:
+            return self._fixed[name, str(device)]
 
-    def train_dataloader(self) -> DataLoader:
+        def epoch() -> list[np.ndarray]:
+            return [self.share(chosen) if shared else chosen for chosen in self.batches(name, shuffle)]
+
+        count = -(-len(self.rows(name)[1]) // self.batch_size)
+        batches = BagBatches(split, epoch, count, self.dtype, device, once=fixed)
+        if fixed and name in EVALUATED:
+            self._fixed[name, str(device)] = batches
+        return batches
+
+    def train_dataloader(self) -> BagBatches:
         return self.loader("train", shuffle=True, shared=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> BagBatches:
         return self.loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> BagBatches:
         return self.loader("test")
+
+
+class BagBatches:
+    """An epoch's batches of bags (`epoch()`: the rows of each batch), cut on the host in one pass and moved to
+    `device` at once when they fit there (training/device.py; else each batch goes as Lightning moves it); a
+    batch is then slices of them. `once`: the batches do not change between epochs (validation, test): cut once."""
+
+    def __init__(self, split: PackedSplit, epoch: Callable[[], list[np.ndarray]], count: int, dtype: torch.dtype,
+                 device: torch.device, once: bool = False) -> None:
+        self.split, self.epoch, self.count, self.dtype = split, epoch, count, dtype
+        self.device, self.once = device, once
+        self._cut: list[dict[str, torch.Tensor]] | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        # Cut at the first batch asked for, not when the iterator is made: Lightning makes it before a resumed fit
+        # restores its epoch, which draws the order (a sampler is as lazy).
+        if self._cut is None or not self.once:
+            self._cut = self._cut_epoch()
+        yield from self._cut
+
+    def _cut_epoch(self) -> list[dict[str, torch.Tensor]]:
+        chosen = self.epoch()
+        whole = batch_of_rows(self.split, np.concatenate(chosen), self.dtype)
+        nbytes = sum(tensor.numel() * tensor.element_size() for tensor in whole.values())
+        whole = {name: tensor.to(resident_device(self.device, nbytes)) for name, tensor in whole.items()}
+        lengths = np.diff(self.split.bag_indptr)
+        batches, row, entry = [], 0, 0
+        for rows in chosen:
+            entries = int(lengths[rows].sum())
+            batches.append({"rows": whole["rows"][entry:entry + entries] - row,  # numbered 0 .. n-1 in each batch
+                            "tokens": whole["tokens"][entry:entry + entries],
+                            "counts": whole["counts"][entry:entry + entries],
+                            "labels": whole["labels"][row:row + len(rows)]})
+            row, entry = row + len(rows), entry + entries
+        return batches

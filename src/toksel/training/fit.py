@@ -51,6 +51,7 @@ from toksel.runtime.memory import keep_freed_memory
 from toksel.runtime.records import RunRecord
 from toksel.training.classifier import ClassifierModule
 from toksel.training.data import PackedDataModule
+from toksel.training.device import require_on
 
 
 def parameter_dtype(precision: str) -> torch.dtype:
@@ -108,6 +109,7 @@ class FitResult:
     budget_bound: bool = False  # max_epochs ended the fit, not early stopping: the validation loss was still falling
     history: tuple[dict[str, float], ...] = field(default=())  # with per_epoch: a row per epoch trained
     measure_seconds: float = 0.0  # this process's share of `seconds` spent on the per-epoch measures
+    device: str = "cpu"  # where it trained, and where the module is left for the readings after the fit
 
     @property
     def stopped_epoch(self) -> int:
@@ -172,16 +174,32 @@ class TrainingDiverged(ToksError):
 
 
 class StopOnNonFiniteLoss(pl.Callback):
-    """Stop with a clear error once a training loss is NaN or infinite (every DDP process at the same step)."""
+    """Stop with a clear error once a training loss is NaN or infinite (every DDP process at the same step).
+
+    A step does not wait for the device to say so: the first non-finite step and its loss are kept on the device,
+    and read once, at the epoch's last batch (before its validation and checkpoint, so no diverged model is
+    saved). A diverged fit trains out that epoch for nothing, and stops as it did, with the step it diverged at."""
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.first_step = self.first_loss = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, outputs: object, batch: object,
                            batch_idx: int) -> None:
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss.detach()).all()), all=True):
+        loss = (outputs["loss"] if isinstance(outputs, dict) else outputs).detach()
+        if self.first_step is None:
+            self.first_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self.first_loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        first = ~torch.isfinite(loss).all() & (self.first_step < 0)
+        self.first_step = torch.where(first, trainer.global_step, self.first_step)
+        self.first_loss = torch.where(first, loss, self.first_loss)
+        if batch_idx + 1 < trainer.num_training_batches:
             return
-        raise TrainingDiverged(f"training diverged: the loss became {float(loss)} at epoch {trainer.current_epoch}, "
-                               f"step {trainer.global_step} (lr {module.lr}): lower the learning rate (train.lr or "
-                               "train.lr_grid)")
+        step = int(self.first_step)  # the epoch's one wait for the device
+        if trainer.strategy.reduce_boolean_decision(step < 0, all=True):
+            return
+        raise TrainingDiverged(f"training diverged: the loss became {float(self.first_loss)} at epoch "
+                               f"{trainer.current_epoch}, step {step} (lr {module.lr}): lower the learning rate "
+                               "(train.lr or train.lr_grid)")
 
 
 class StopWhenAsked(pl.Callback):
@@ -224,7 +242,7 @@ class EpochLog(pl.Callback):
                "val_loss": val_loss, "val_accuracy": _number(metrics.get("val_accuracy"))}
         # The test split at this epoch, for the curves against epochs: nothing here chooses a model or a stop.
         with torch.random.fork_rng(devices=[]), _evaluation_mode(module):  # a loader draws from the global RNG
-            tested = _full_pass(module, trainer.datamodule, "test")
+            tested = full_pass(module, trainer.datamodule, "test", trainer.strategy.root_device)
             row |= {"test_loss": tested["loss"], "test_accuracy": tested["accuracy"], **self.measure(module)}
         self.rows.append(row)
         self.seconds += time.perf_counter() - start
@@ -283,7 +301,10 @@ def fit(module: ClassifierModule, data: PackedDataModule, plan: FitPlan, callbac
     resume = resumable_checkpoint(checkpoints, fingerprint)
     # A fit that had stopped early trains no further: its budget ends where it stopped.
     max_epochs = resume.epoch if resume is not None and resume.stopped else settings.max_epochs
-    best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss")
+    # The best model's weights alone: the test reads nothing else of it, and the optimiser's state would triple a
+    # trained E's file (60 MB on IMDB), written at most epochs of a fit.
+    best = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="best", monitor="val_loss",
+                           save_weights_only=True)
     # last.ckpt after every epoch: save_last writes it only with a new best, so a fit would resume from its last
     # improvement and a stop (never a new best) would go unrecorded. Without a monitor it saves each epoch, in place.
     last = ModelCheckpoint(dirpath=checkpoints / fingerprint, filename="last", enable_version_counter=False)
@@ -307,13 +328,17 @@ def fit(module: ClassifierModule, data: PackedDataModule, plan: FitPlan, callbac
         epochs, best_epoch, history = trainer.current_epoch, log.best_epoch, tuple(log.rows)
         bound = budget_bound(epochs, settings.max_epochs, stopping)
         tested = trainer.test(module, datamodule=data, ckpt_path=best.best_model_path, verbose=False)[0]
+    # Lightning's teardown has moved the module to the CPU: every reading of the kept model runs where it trained.
+    device = trainer.strategy.root_device
+    module.to(device)
     _log_epochs(run, history)
     return FitResult(epochs=epochs, resumed_from_epoch=None if resume is None else resume.epoch,
                      seconds=time.perf_counter() - start, test={name: float(value) for name, value in tested.items()},
                      norms=module.norms(),
                      fitted={f"best_{name}_{kind}": value for name in ("train", "val")
-                             for kind, value in _full_pass(module, data, name).items()},
-                     best_epoch=best_epoch, budget_bound=bound, history=history, measure_seconds=log.seconds)
+                             for kind, value in full_pass(module, data, name, device).items()},
+                     best_epoch=best_epoch, budget_bound=bound, history=history, measure_seconds=log.seconds,
+                     device=str(device))
 
 
 def _log_epochs(run: RunRecord, rows: Sequence[dict[str, float]]) -> None:
@@ -332,14 +357,18 @@ def budget_bound(epochs: int, max_epochs: int, stopping: EarlyStopping) -> bool:
     return epochs >= max_epochs and stopping.stopped_epoch == 0
 
 
-def _full_pass(module: ClassifierModule, data: PackedDataModule, name: str) -> dict[str, float]:
-    """Loss and accuracy of the (best) model on a whole split, batch by batch without gradients."""
-    loss = correct = 0.0
-    with torch.no_grad(), module.evaluating():
-        for batch in data.loader(name):
-            batch = {key: value.to(module.device) for key, value in batch.items()}
+def full_pass(module: ClassifierModule, data: PackedDataModule, name: str, device: torch.device
+              ) -> dict[str, float]:
+    """Loss and accuracy of the (best) model on a whole split, on `device` (where the module must be), batch by
+    batch without gradients; the sums stay there until the end (one copy to the host, not one per batch)."""
+    require_on(module, device)
+    loss = correct = torch.zeros((), dtype=torch.float64, device=device)
+    with torch.inference_mode(), module.evaluating():
+        for batch in data.loader(name, device=device):
+            batch = {key: value.to(device) for key, value in batch.items()}
             batch_loss, batch_accuracy = module.loss_and_accuracy(batch)
             size = len(batch["labels"])
-            loss, correct = loss + float(batch_loss) * size, correct + float(batch_accuracy) * size
+            loss, correct = loss + batch_loss.double() * size, correct + batch_accuracy.double() * size
     total = len(data.rows(name)[1])
-    return {"loss": loss / total, "accuracy": correct / total}
+    summed_loss, summed_correct = torch.stack([loss, correct]).tolist()
+    return {"loss": summed_loss / total, "accuracy": summed_correct / total}

@@ -21,6 +21,7 @@ from toksel.models.reading import bag_outputs
 from toksel.params import Config
 from toksel.runtime.errors import ToksError
 from toksel.runtime.io import read_json, read_npz
+from toksel.training.device import reading_device
 from toksel.training.sequence_classifier import correct_on, kept_module
 from toksel.training.sequence_data import SequenceDataModule
 
@@ -55,8 +56,9 @@ def scored_on_test(model: Path, data: Path, tokens: TokenTable, config: Config) 
         split, rows = SequenceDataModule(data, sequence.batch_size, config.train.val_fraction, about["seed"],
                                          sequence.bucketed, scale.max_len, scale.max_train,
                                          scale.max_test).rows("test")
-        module = kept_module(parameters, about["model"], config.train)
-        scored = Scored(parameters, split, rows, scale.max_len, correct_on(module, split, rows, scale.max_len).numpy())
+        module = kept_module(parameters, about["model"], config.train).to(reading_device(config.train.accelerator))
+        correct = correct_on(module, split, rows, scale.max_len, sequence.batch_size)  # as its test loader batched
+        scored = Scored(parameters, split, rows, scale.max_len, correct.numpy())
     recorded = read_json(model / "metrics.json", producer=about["stage"])["test_accuracy"]
     if round(recorded * len(scored.rows)) != int(scored.correct.sum()):
         raise ToksError(f"{model} gets {int(scored.correct.sum())} of {len(scored.rows)} test reviews right where its "

@@ -14,6 +14,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.params import TrainConfig
 from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy, predicted_labels
+from toksel.training.device import module_device, require_on
 from toksel.training.sequence_data import padded_batch
 
 
@@ -47,20 +48,26 @@ class SequenceModule(ClassifierModule):
         return self.model.E, self.model.p, self.model.v
 
 
-def correct_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None
-               ) -> torch.Tensor:
-    """Bool (len(rows),): whether the module predicts the label of each of some rows of a split (each cut to
-    max_len, as it was trained)."""
-    batch = padded_batch(split, rows, max_len)
-    device = next(module.parameters()).device
-    with torch.no_grad():
-        logits = module.logits({name: tensor.to(device) for name, tensor in batch.items()})
-    return predicted_labels(logits).cpu() == batch["labels"]
+def correct_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None,
+               batch_size: int = 512) -> torch.Tensor:
+    """Bool (len(rows),) on the CPU: whether the module predicts the label of each of some rows of a split (each cut
+    to max_len, as it was trained), read where the module is, `batch_size` rows at a time in their order (the test
+    loader's batches, when they are its rows and size: the same padding, the same numbers)."""
+    device = module_device(module)
+    require_on(module, device)
+    verdicts = []
+    with torch.inference_mode():
+        for start in range(0, len(rows), batch_size):
+            batch = {name: tensor.to(device) for name, tensor in
+                     padded_batch(split, rows[start:start + batch_size], max_len).items()}
+            verdicts.append(predicted_labels(module.logits(batch)) == batch["labels"])
+    return torch.cat(verdicts).cpu()
 
 
-def accuracy_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None) -> float:
+def accuracy_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max_len: int | None = None,
+                batch_size: int = 512) -> float:
     """The module's accuracy on some rows of a split (each cut to max_len, as it was trained)."""
-    return float(correct_on(module, split, rows, max_len).float().mean())
+    return float(correct_on(module, split, rows, max_len, batch_size).float().mean())
 
 
 KEPT_PREFIX = "model/"  # a kept SequenceModule's parameters are its model's: model/E, model/mlp/0/weight

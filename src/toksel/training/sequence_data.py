@@ -101,7 +101,9 @@ class SequenceDataModule(PackedDataModule):
             pads, slots = pads + int((~batch["mask"]).sum()), slots + batch["mask"].numel()
         return pads / slots
 
-    def loader(self, name: str, shuffle: bool = False, shared: bool = False) -> DataLoader:
+    def loader(self, name: str, shuffle: bool = False, shared: bool = False,
+               device: torch.device | None = None) -> DataLoader:
+        """Padded batches of the split `name`, made on the host (a pass moves each batch to its device)."""
         split, rows = self.rows(name)
 
         def collate(positions: list[int]) -> dict[str, torch.Tensor]:
