@@ -3,7 +3,10 @@ the same numbers either way."""
 
 import json
 import math
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -150,3 +153,18 @@ def test_a_listener_that_is_not_dask_is_one_line_in_seconds(monkeypatch):
     finally:
         server.shutdown()
     assert time.monotonic() - started < 15
+
+
+def test_lokys_resource_tracker_keeps_its_shutdown_notice_to_itself(monkeypatch):
+    """Its notice of the semaphores of workers a signal stopped (which it then removes) is no line for the user:
+    the tracker, a process of its own, is started with the warning filter in its environment, the user's kept."""
+    from toksel.runtime.fanout import TRACKER_NOTICE, quiet_resource_tracker
+
+    monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning")
+    quiet_resource_tracker()
+    quiet_resource_tracker()
+    assert os.environ["PYTHONWARNINGS"] == f"default::DeprecationWarning,{TRACKER_NOTICE}"
+    notice = subprocess.run([sys.executable, "-c", "import warnings; warnings.warn('resource_tracker: There appear "
+                             "to be 1 leaked semlock objects to clean up at shutdown', UserWarning)"],
+                            capture_output=True, text=True)
+    assert notice.returncode == 0 and notice.stderr == ""

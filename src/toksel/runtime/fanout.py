@@ -145,11 +145,25 @@ def _collect(results: Iterable[Result], progress: Callable[[], Any]) -> list[Res
     return done
 
 
+# loky's resource tracker, a process of its own, reports at its end the semaphores of workers a signal stopped, which
+# it then removes itself: a notice the user can do nothing with. It reads its warning filters from the environment.
+TRACKER_NOTICE = "ignore:resource_tracker:UserWarning"
+
+
+def quiet_resource_tracker() -> None:
+    """Have loky's resource tracker, started with this environment, keep its shutdown notice to itself."""
+    filters = os.environ.get("PYTHONWARNINGS", "")
+    if TRACKER_NOTICE not in filters.split(","):
+        os.environ["PYTHONWARNINGS"] = ",".join(part for part in (filters, TRACKER_NOTICE) if part)
+
+
 def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, workers: int,
               progress: Callable[[], Any]) -> list[Result]:
     """joblib's threads, or its loky processes: reused by the stage's next map, ended on an error or a signal."""
     from joblib import Parallel, delayed
 
+    if kind != "threads":
+        quiet_resource_tracker()
     # max_nbytes None: the units' arrays are pickled as they are, never swapped for read-only memory maps.
     parallel = Parallel(n_jobs=workers, backend="threading" if kind == "threads" else "loky", batch_size=1,
                         max_nbytes=None, return_as="generator")
