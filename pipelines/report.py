@@ -140,7 +140,8 @@ def report(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> Non
     for name in ("report.md", "report.html"):
         run.log_artifact(OUT / name, pipeline=True)
     run.log_artifact(OUT / "verdicts.png")
-    table = write_claim_table(OUT / "claims.csv", every)  # a row per claim and dataset: `toksel.claims_diff` reads it
+    # A row per claim and dataset, labelled with the profile that judged it: `toksel.claims_diff` reads it.
+    table = write_claim_table(OUT / "claims.csv", every, config.profile, config.sequence.scale)
     # Each row's value as a metric of the run (claim.<id>.<dataset>), which the pipeline's MLflow run shows too, so
     # that two experiments' runs compare claim by claim.
     run.log_metrics({f"claim.{row.claim}.{row.data}": row.value for row in table.itertuples()})

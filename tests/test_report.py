@@ -187,6 +187,12 @@ def test_the_claims_table_has_every_row_of_the_report_and_diff_names_what_moved(
     assert len(table) == shown + metrics["exploratory"] + metrics["transient"] + metrics["described"]
     assert table["lemma41_linear", "synthetic"]["verdict"] == "inconclusive"  # one seed: no interval
     assert table["lemma41_linear", "imdb"]["verdict"] == "not run"
+    # Each verdict says the profile that judged it; the models with positions also their size.
+    config = load_config([])
+    assert table["lemma41_linear", "synthetic"]["profile"] == config.profile
+    sequence_rows = [row for (claim, _), row in table.items() if claim.startswith("pair_")]
+    assert sequence_rows and all(row["profile"] == f"{config.profile}, sequence.scale {config.sequence.scale}"
+                                 for row in sequence_rows)
     # A run committed, then the same table with one verdict and one value moved in the workspace.
     monkeypatch.chdir(tmp_path)
     subprocess.run(["git", "init", "-q"], check=True)

@@ -2,7 +2,8 @@
 between two runs of it: `python -m toksel.claims_diff` compares the tables of two experiments or commits.
 
 A row: the claim, its dataset and origin (the paper's or ours), its verdict by its own rule, whether it counts,
-its verdict under the error control across the report (Holm), the statistic's mean and interval, the threshold.
+its verdict under the error control across the report (Holm), the statistic's mean and interval, the threshold,
+and the profile it was judged at (the models with positions also at their sequence.scale: cpu or paper).
 """
 
 from __future__ import annotations
@@ -18,12 +19,21 @@ import pandas as pd
 from toksel.runtime.io import write_csv
 from toksel.summaries.claims import Row
 
-COLUMNS = ("claim", "data", "origin", "verdict", "counted", "verdict_holm", "value", "low", "high", "threshold")
+COLUMNS = ("claim", "data", "origin", "verdict", "counted", "verdict_holm", "value", "low", "high", "threshold",
+           "profile")
+OPTIONAL = {"profile"}  # a table written before it had the column still compares
 Key = tuple[str, str]  # (claim, dataset)
+SEQUENCE_PRODUCERS = ("ablation_report", "pair_report")  # their claims read the models with positions
 
 
-def claim_rows(rows: Iterable[Row]) -> pd.DataFrame:
-    """The table of the report's rows (with their counting: document.with_counting)."""
+def profile_label(producer: str, profile: str, sequence_scale: str) -> str:
+    """The profile a row was judged at; for a claim of the models with positions, their size too."""
+    return f"{profile}, sequence.scale {sequence_scale}" if producer.startswith(SEQUENCE_PRODUCERS) else profile
+
+
+def claim_rows(rows: Iterable[Row], profile: str = "", sequence_scale: str = "") -> pd.DataFrame:
+    """The table of the report's rows (with their counting: document.with_counting), each labelled with the
+    profile (and sequence.scale) of the run that judged it."""
     found = []
     for row in rows:
         item, interval = row.assessment, row.assessment.interval
@@ -31,12 +41,13 @@ def claim_rows(rows: Iterable[Row]) -> pd.DataFrame:
         found.append({"claim": item.claim.id, "data": row.data, "origin": item.claim.origin, "verdict": item.verdict,
                       "counted": counted, "verdict_holm": row.counting.controlled if counted else "",
                       "value": interval.mean if interval else math.nan, "low": interval.low if interval else math.nan,
-                      "high": interval.high if interval else math.nan, "threshold": item.threshold})
+                      "high": interval.high if interval else math.nan, "threshold": item.threshold,
+                      "profile": profile_label(row.producer, profile, sequence_scale)})
     return pd.DataFrame(found, columns=list(COLUMNS))
 
 
-def write_claim_table(path: Path, rows: Iterable[Row]) -> pd.DataFrame:
-    table = claim_rows(rows)
+def write_claim_table(path: Path, rows: Iterable[Row], profile: str = "", sequence_scale: str = "") -> pd.DataFrame:
+    table = claim_rows(rows, profile, sequence_scale)
     write_csv(path, table)
     return table
 
@@ -44,7 +55,7 @@ def write_claim_table(path: Path, rows: Iterable[Row]) -> pd.DataFrame:
 def read_claim_table(text: str) -> dict[Key, dict]:
     """A claims.csv's rows by (claim, dataset)."""
     frame = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
-    missing = [name for name in COLUMNS if name not in frame.columns]
+    missing = [name for name in COLUMNS if name not in frame.columns and name not in OPTIONAL]
     if missing:
         raise ValueError(f"not a claims table: no column {', '.join(missing)}")
     return {(row["claim"], row["data"]): row for row in frame.to_dict("records")}
