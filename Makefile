@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 TEAM_PORT ?= 5001
 
-.PHONY: test-slow test-docs install repro quick experiments claims-diff plots-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
+.PHONY: test-slow test-docs install repro quick paper experiments claims-diff plots-diff test lint ui check-ui bench chromium postgres mlflow-server check-report
 
 install: $(STAMP)
 
@@ -40,6 +40,12 @@ repro: $(STAMP)
 quick: $(STAMP)
 	$(BIN)/python -m tools.heal_lock
 	@$(STOPPED) $(BIN)/python -m tools.profile quick $(REPRO_FLAGS)
+
+# The paper's sizes on a machine with a GPU (profiles/paper.yaml: the ablations at d 2048 on whole reviews, five
+# seeds), as quick runs its profile; docs/scale.md says what it costs and benchmarks/gpu.sh measures it.
+paper: $(STAMP)
+	$(BIN)/python -m tools.heal_lock
+	@$(STOPPED) $(BIN)/python -m tools.profile paper $(REPRO_FLAGS)
 
 # The experiments side by side: a row per parameter or verdict count that differs between them (not against the
 # baseline's full values, as `dvc exp show --only-changed` does), a column per experiment. EXP_FLAGS: dvc exp show's

@@ -137,5 +137,15 @@ def gpu_hours(flops: float, rate: float) -> float:
     return flops / rate / 3600
 
 
+def measured_gpu_steps(logs: Path) -> tuple[str, dict[tuple[str, str], float]] | None:
+    """The newest GPU measurement of a training step (benchmarks/logs/gpu-<date>.json, written by benchmarks/gpu.py
+    on a lent GPU): its name and the seconds a step of each (variant, dataset); None when no GPU has measured."""
+    found = sorted(logs.glob("gpu-*.json"))
+    if not found:
+        return None
+    rows = json.loads(found[-1].read_text())
+    return found[-1].name, {(row["variant"], row["dataset"]): row["seconds_per_step"] for row in rows}
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b) if b else math.inf

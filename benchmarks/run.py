@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -383,30 +384,43 @@ def cost_model(steps: int) -> list[str]:
                 variant, dataset, 1 / rate.steps_per_second, flops,
                 cost_model_module.ceil_div(train_rows, config.sequence.batch_size),
                 cost_model_module.epochs_per_seed(default_run)))
-    seeds = config.train.seeds
+    seeds, measured = config.train.seeds, cost_model_module.measured_gpu_steps(LOGS)
+    if measured is None:
+        gpu_note = ("The GPU columns are not measured (no GPU has run benchmarks/gpu.sh): the FLOPs over the H100's "
+                    "dense bf16 peak, a bound no run reaches, and over a fifth of it; a step of these small models "
+                    "also pays a launch and loader cost of some milliseconds that FLOPs do not count, so the steps "
+                    "are given too:")
+        gpu_columns = "H100 minutes at peak | at 1/5 of peak"
+    else:
+        gpu_note = (f"The GPU columns are measured: a step's seconds on the GPU from benchmarks/logs/{measured[0]} "
+                    "(benchmarks/gpu.sh), times the steps:")
+        gpu_columns = "GPU s/step (measured) | GPU minutes, all seeds"
     lines += [f"The paper-scale profile's ablations (profiles/paper.yaml: d {config.sequence.paper.d}, whole "
               f"reviews, all rows, {seeds} seeds, {len(PAPER_VARIANTS)} variants on {' and '.join(PAPER_DATASETS)}). "
               f"One training step measured here (CPU, both cores, {config.train.precision}, batch "
               f"{config.sequence.batch_size}, bucketed, mean of {steps} steps after {training.WARM_UP} of "
               f"warm-up); its FLOPs counted over {steps} batches; the epochs of a seed's fits (kept + control) "
-              f"those of the default run's {default_dataset} ablations. The GPU columns are not measured (no GPU "
-              "was lent to this work): the FLOPs over the H100's dense bf16 peak, a bound no run reaches, and over "
-              "a fifth of it; a step of these small models also pays a launch and loader cost of some "
-              "milliseconds that FLOPs do not count, so the steps are given too:", "",
+              f"those of the default run's {default_dataset} ablations. {gpu_note}", "",
               "| variant | dataset | s/step here | GFLOP/step | steps/epoch | epochs per seed | steps, all seeds | "
-              "CPU hours, all seeds | H100 minutes at peak | at 1/5 of peak |", "|---" * 10 + "|"]
-    total_cpu = total_flops = total_steps = 0.0
+              f"CPU hours, all seeds | {gpu_columns} |", "|---" * 10 + "|"]
+    total_cpu = total_flops = total_steps = total_gpu = 0.0
     for cost in costs:
         cpu, flops = cost.fits_seconds() * seeds / 3600, cost.fits_flops() * seeds
         steps_all = cost.steps_per_epoch * cost.epochs * seeds
         total_cpu, total_flops, total_steps = total_cpu + cpu, total_flops + flops, total_steps + steps_all
+        if measured is None:
+            gpu = (f"{60 * cost_model_module.gpu_hours(flops, H100_BF16_DENSE):.1f} | "
+                   f"{60 * cost_model_module.gpu_hours(flops, H100_BF16_DENSE / 5):.1f}")
+        else:
+            step = measured[1].get((cost.variant, cost.dataset), math.nan)
+            total_gpu += steps_all * step / 60
+            gpu = f"{step:.4f} | {steps_all * step / 60:.1f}"
         lines.append(f"| {cost.variant} | {cost.dataset} | {cost.seconds:.2f} | {cost.flops / 1e9:,.0f} | "
-                     f"{cost.steps_per_epoch:,} | {cost.epochs:.1f} | {steps_all:,.0f} | {cpu:,.1f} | "
-                     f"{60 * cost_model_module.gpu_hours(flops, H100_BF16_DENSE):.1f} | "
-                     f"{60 * cost_model_module.gpu_hours(flops, H100_BF16_DENSE / 5):.1f} |")
-    lines.append(f"| **all** | | | | | | **{total_steps:,.0f}** | **{total_cpu:,.1f}** | "
-                 f"**{60 * cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE):.1f}** | "
-                 f"**{60 * cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE / 5):.1f}** |")
+                     f"{cost.steps_per_epoch:,} | {cost.epochs:.1f} | {steps_all:,.0f} | {cpu:,.1f} | {gpu} |")
+    gpu_total = (f"**{60 * cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE):.1f}** | "
+                 f"**{60 * cost_model_module.gpu_hours(total_flops, H100_BF16_DENSE / 5):.1f}**"
+                 if measured is None else f" | **{total_gpu:.1f}**")
+    lines.append(f"| **all** | | | | | | **{total_steps:,.0f}** | **{total_cpu:,.1f}** | {gpu_total} |")
     longest = max(cost.fits_seconds() for cost in costs) / 3600
     lines += ["", f"Its units are {len(costs) * seeds} seeds ({len(costs)} variant-dataset pairs x {seeds}): on as "
               f"many workers as units, each as fast as this machine, it takes the longest unit, {longest:.1f} h "

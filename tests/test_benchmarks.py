@@ -1,6 +1,7 @@
 """The benchmarks measure what they say: the two paths agree, the floor loop and the Lightning counters count right."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -148,3 +149,59 @@ def test_the_lock_benchmark_builds_the_same_stages_in_one_dvc_yaml_or_several_an
         assert seconds_to_repro(root, files) > 0
         assert sorted(path.name for path in (root / "out").iterdir()) == ["0.txt", "1.txt", "2.txt"]
         assert len(list(root.rglob("dvc.lock"))) == files and lock_lines(root) > 3 * 12
+
+
+def test_the_gpu_benchmark_reads_dmon_samples_in_each_steps_window():
+    from benchmarks.gpu import dmon_samples
+
+    text = ("#Time        gpu     sm    mem    enc    dec\n#HH:MM:SS    Idx      %      %      %      %\n"
+            " 10:00:01      0      0      0      0      0\n 10:00:02      0     73     12      0      0\n"
+            " 10:00:03      0      -      -      -      -\n")
+    day = time.mktime((2026, 11, 29, 9, 0, 0, 0, 0, -1))
+    samples = dmon_samples(text, day)
+    assert [sm for _, sm in samples] == [0.0, 73.0]  # headers and a sample without a reading left out
+    assert samples[1][0] - samples[0][0] == 1 and time.localtime(samples[0][0]).tm_hour == 10
+
+
+def test_the_gpu_benchmark_times_each_step_within_the_budget_and_says_which_it_stopped(tmp_path):
+    from benchmarks.gpu import Step, interval_half_width, run_steps, table
+
+    steps = [Step("quick", ["json.tool", "--help"]), Step("slow", ["timeit", "-n", "1", "import time; time.sleep(30)"]),
+             Step("late", ["json.tool", "--help"])]
+    run_steps(steps, budget=8, out=tmp_path)
+    assert [step.status for step in steps] == ["done", "stopped: the budget was spent",
+                                               "not started: the budget was spent"]
+    assert steps[1].seconds < 12 and steps[0].busy is None  # no nvidia-smi here: no busy share, said so
+    text = table(steps, "no GPU", {})
+    assert "| slow | stopped: the budget was spent |" in text and "n/a (no nvidia-smi)" in text
+    assert interval_half_width([1.0, 2.0, 3.0]) == pytest.approx(4.303 * 1.0 / np.sqrt(3))
+
+
+def test_the_gpu_benchmark_sets_each_metric_against_the_cpu_runs_interval(tmp_path):
+    from benchmarks.gpu import against_cpu
+
+    def write(root, arm, seed, values):
+        folder = root / "results" / "train" / "imdb" / arm / f"seed{seed}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps(values))
+
+    for arm in ("trained", "untrained", "one_step"):
+        for seed, accuracy in enumerate((0.86, 0.87, 0.88)):
+            write(tmp_path / "cpu", arm, seed, {"test_accuracy": accuracy, "seconds": 100.0 + seed, "lr": 0.001})
+        write(tmp_path / "gpu", arm, 0, {"test_accuracy": 0.95 if arm == "trained" else 0.861, "seconds": 9.0,
+                                         "lr": 0.001})
+    found = against_cpu("imdb", tmp_path / "gpu", tmp_path / "cpu")
+    by = {(row["arm"], row["metric"]): row for row in found["rows"]}
+    assert ("trained", "seconds") not in by  # the timings differ by design
+    assert by[("untrained", "test_accuracy")]["within"] and by[("trained", "lr")]["within"]
+    assert not by[("trained", "test_accuracy")]["within"] and not found["within"]  # 0.09 off: past 0.0248
+
+
+def test_the_cost_model_takes_its_gpu_columns_from_the_newest_gpu_measurement(tmp_path):
+    from benchmarks.cost_model import measured_gpu_steps
+
+    assert measured_gpu_steps(tmp_path) is None  # no GPU has measured: the FLOPs bounds stay, said so
+    for day, seconds in (("2026-11-01", 0.5), ("2026-12-01", 0.02)):
+        (tmp_path / f"gpu-{day}.json").write_text(json.dumps([{"dataset": "imdb", "variant": "two_layer",
+                                                                "seconds_per_step": seconds}]))
+    assert measured_gpu_steps(tmp_path) == ("gpu-2026-12-01.json", {("two_layer", "imdb"): 0.02})
