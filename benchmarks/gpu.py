@@ -125,11 +125,18 @@ def run_steps(steps: list[Step], budget: float, out: Path) -> None:
             with (out / "stages.log").open("a") as log:
                 log.write(f"\n## {step.name}\n")
                 log.flush()
+                process = subprocess.Popen([sys.executable, "-m", *step.command], cwd=ROOT, env=env, stdout=log,
+                                           stderr=subprocess.STDOUT)
                 try:
-                    done = subprocess.run([sys.executable, "-m", *step.command], cwd=ROOT, env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, timeout=left)
-                    step.status = "done" if done.returncode == 0 else f"failed (exit {done.returncode})"
+                    code = process.wait(timeout=left)
+                    step.status = "done" if code == 0 else f"failed (exit {code})"
                 except subprocess.TimeoutExpired:
+                    process.terminate()  # SIGTERM: a stage stops the seeds it fanned out, and writes nothing
+                    try:
+                        process.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
                     step.status = "stopped: the budget was spent"
             step.seconds = time.time() - start
             step.busy, step.busy_samples = sampler.busy(start, time.time())
@@ -234,7 +241,7 @@ def table(steps: list[Step], machine: str, checks: dict) -> str:
              f"`benchmarks/gpu.sh` on {time.strftime('%Y-%m-%d')}: each stage as `dvc repro` runs it, timed, with "
              "the GPU's mean SM activity over the stage (`nvidia-smi dmon`, one sample a second).", "",
              "| step | status | seconds | s per epoch | GPU busy (mean SM %) |", "|---|---|---|---|---|"]
-    lines += [f"| {step.name} | {step.status} | {step.seconds:.0f} | "
+    lines += [f"| {step.name} | {step.status} | {'' if math.isnan(step.seconds) else f'{step.seconds:.0f}'} | "
               f"{'' if step.per_epoch is None else f'{step.per_epoch:.1f}'} | {_busy(step)} |" for step in steps]
     compared = checks.get("against_cpu")
     if compared:

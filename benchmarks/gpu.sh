@@ -6,8 +6,10 @@
 #   benchmarks/gpu.sh [PARTS...]        there: default train yelp imdb_ablation steps, within GPU_BUDGET_S seconds
 #                                       (480); the table goes to benchmarks/results.md and, with $OUT set, to $OUT
 #
-# With the device tool: carry .gpu, run `bash benchmarks/gpu.sh`, then append $OUT/gpu.md to benchmarks/results.md
-# here and keep $OUT/gpu-steps.json as benchmarks/logs/gpu-<date>.json (the cost model's GPU columns read it).
+# All four parts at their targets take about 11 minutes, so a 15-minute lease makes two calls: `train yelp`, then
+# `imdb_ablation steps` (a part the budget cuts says so in the table). With the device tool: carry .gpu, run
+# `bash benchmarks/gpu.sh PARTS`, then append $OUT/gpu.md to benchmarks/results.md here and keep
+# $OUT/gpu-steps.json as benchmarks/logs/gpu-<date>.json (the cost model's GPU columns read it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKED=.gpu
@@ -32,7 +34,7 @@ if [[ -d "$PACKED/wheels" ]]; then
         "$PACKED"/wheels/*.whl
     export PYTHONPATH=/tmp/toksel-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-export PYTHONPATH=$PWD:$PWD/src:$PYTHONPATH
+export PYTHONPATH=$PWD:$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export TOKSEL_DATA_MIRROR=${TOKSEL_DATA_MIRROR:-$PWD/$PACKED/data} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export PYTHONUNBUFFERED=1 TOKSEL_PROGRESS=0
 parts=("$@")
