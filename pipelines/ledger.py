@@ -41,11 +41,26 @@ def markdown(ledger: Ledger) -> str:
     lines += [f"{count} of {len(ledger.records)} rule components were changed after the data, in "
               f"{len(changed)} claims: {', '.join(changed) or 'none'}. A component is fixed before the data when no "
               "tracked file under results/ named its claim or its statistic's metric before the commit that set its "
-              "current value.", ""]
-    rows = [(record["claim"], record["component"], shown(record["value"]), _set_in(record), shown(record["previous"]),
-             record["status"], record["reason"]) for record in ledger.records]
-    return "\n".join([*lines, *table(["claim", "component", "value", "set in", "previous", "status", "why"], rows),
+              "current value, and no pilot set it (numbers seen that results/ does not hold: "
+              "src/toksel/claims/pilots.py).", ""]
+    rows = [(record["claim"], record["component"], shown(record["value"]), _set_in(record), history(record),
+             record["status"], "; ".join(part for part in (record["reason"], _pilot(record)) if part))
+            for record in ledger.records]
+    return "\n".join([*lines, *table(["claim", "component", "value", "set in", "history", "status", "why"], rows),
                       ""])
+
+
+def history(record: Mapping[str, Any]) -> str:
+    """Every value the component took, oldest first, each with the commit that set it: absent (3b140b8) -> tuned
+    (b77728b)."""
+    runs = record.get("history") or [{"value": record["previous"], "from": ""}, {"value": record["value"],
+                                                                                 "from": record["set_in"]}]
+    return " -> ".join(f"{shown(run['value'])} ({run['from']})" if run["from"] else shown(run["value"])
+                       for run in runs)
+
+
+def _pilot(record: Mapping[str, Any]) -> str:
+    return f"set after a pilot: {record['pilot']}" if record.get("pilot") else ""
 
 
 DOCS = Path("docs") / "verdicts.md"
@@ -56,7 +71,8 @@ def docs_block(records: list[dict[str, Any]]) -> str:
     """The components changed after the data as docs/verdicts.md gives them: what changed, from what to what, and
     the reason params.yaml gives; the commits are the report's (a commit cannot name itself in its own docs)."""
     rows = [(record["claim"], record["component"], shown(record["previous"]), shown(record["value"]),
-             record["reason"]) for record in records if record["status"] == CHANGED]
+             "; ".join(part for part in (record["reason"], _pilot(record)) if part))
+            for record in records if record["status"] == CHANGED]
     return "\n".join([START, *table(["claim", "component", "before", "now", "why (params.yaml)"], rows), END])
 
 

@@ -141,6 +141,10 @@ def test_the_report_judges_a_row_again_under_the_rule_in_force_before_the_data(c
     added = history(item, "imdb", [_record("accuracy_gap", "kind", "absent", "presence")], config,
                     lambda claim, protocol: None)
     assert added.old_verdict == "none" and "added after its numbers were seen" in added.note
+    piloted = {**_record("accuracy_gap", "threshold_value", "absent", 0.0), "pilot": "0.03 seen (a note)"}
+    after_pilot = history(item, "imdb", [piloted], config, lambda claim, protocol: None)
+    assert after_pilot.changed and after_pilot.old_verdict == "none" and "pilot" in after_pilot.note
+    assert "(abc1234, after a pilot)" in after_pilot.text()
     overridden = [_record("accuracy_gap", "train.lr_grid", NOT_SET, [0.1]),
                   _record("accuracy_gap", "datasets.imdb.train.lr_grid", NOT_SET, [0.01], FIXED)]
     assert bearing(overridden, "accuracy_gap", "imdb") == []  # imdb's own value holds there, set before the data

@@ -30,6 +30,7 @@ from toksel.claims.ledger import (
     key_comments,
     per_claim_status,
 )
+from toksel.claims.pilots import PILOTS, Pilot
 
 RANK = "report.min_rank_agreement"
 RANKED = sorted(claim.id for claim in CLAIMS if claim.threshold == RANK)  # the claims judged on it
@@ -90,7 +91,7 @@ def test_a_threshold_changed_after_results_named_its_claims_is_changed_after_the
     first = commit(repo, "claims, thresholds and their results")
     set_param(repo, RANK, 0.6)
     change = commit(repo, "a lower bar for the rank claims\n\nbody text")
-    ledger = build_ledger(repo)
+    ledger = build_ledger(repo, pilots=())  # results/ alone: the pilots are tested below
     assert ledger.available and ledger.warnings == [] and ledger.head.startswith(f"{change} a lower bar")
 
     thresholds = records_of(ledger, THRESHOLD_VALUE)
@@ -173,8 +174,49 @@ def test_the_stage_writes_the_records_and_the_page_under_what_head_was(repo, mon
     assert written["records"] == build_ledger(repo).records and "head" not in written  # a commit alone changes nothing
     page = (out / "ledger.md").read_text()
     assert f"HEAD: {change} a lower bar" in page
-    assert f"| {RANKED[0]} | threshold_value | 0.6 | {change}: a lower bar for the rank claims | 0.5 | {CHANGED} |" \
-        in page
+    first = written["records"][0]["history"][0]["from"]
+    assert (f"| {RANKED[0]} | threshold_value | 0.6 | {change}: a lower bar for the rank claims | 0.5 ({first}) -> "
+            f"0.6 ({change}) | {CHANGED} |") in page
+
+
+def test_a_pilot_sets_the_components_it_names_changed_after_the_data_with_what_was_seen(repo):
+    """No result under results/ names the pair claims; a pilot note saying their threshold was set after numbers
+    were seen makes it changed after the data, with the note, and names nothing else."""
+    commit(repo, "claims and thresholds, no result yet")
+    pair = sorted(claim.id for claim in CLAIMS if claim.threshold == "pair.past_cap")
+    assert records_of(build_ledger(repo, pilots=()), THRESHOLD_VALUE)[pair[0]]["status"] == FIXED
+    note = Pilot(("pair.past_cap",), "0.75 on four seeds", "a note")
+    ledger = build_ledger(repo, pilots=(note,))
+    thresholds = records_of(ledger, THRESHOLD_VALUE)
+    assert all(thresholds[claim]["status"] == CHANGED and thresholds[claim]["pilot"] == "0.75 on four seeds (a note)"
+               for claim in pair)
+    changed = [(record["claim"], record["component"]) for record in ledger.records if record["status"] == CHANGED]
+    assert sorted(changed) == [(claim, THRESHOLD_VALUE) for claim in pair]
+    # A dataset's override of a key is the key's.
+    lr = Pilot(("train.lr",), "a plateau", "a log")
+    assert lr.names("datasets.synthetic_pair.train.lr", "pair.past_cap") and not lr.names("train.lr_grid", "")
+
+
+def test_every_pilot_names_a_rule_component(repo):
+    """A pilot whose keys no component matches would be written down for nothing."""
+    commit(repo, "claims and thresholds")
+    ledger = build_ledger(repo)
+    for pilot in PILOTS:
+        for key in pilot.keys:
+            named = [record for record in ledger.records if Pilot((key,), "", "").names(
+                record["component"], next(claim.threshold for claim in CLAIMS if claim.id == record["claim"]))]
+            assert named and all(record["status"] == CHANGED and pilot.seen in record["pilot"] for record in named), key
+
+
+def test_a_components_history_lists_every_value_it_took(repo):
+    commit(repo, "claims and thresholds")
+    set_param(repo, RANK, 0.6)
+    up = commit(repo, "a higher bar")
+    set_param(repo, RANK, 0.5)
+    back = commit(repo, "the bar as it was")
+    record = records_of(build_ledger(repo), THRESHOLD_VALUE)[RANKED[0]]
+    assert [run["value"] for run in record["history"]] == [0.5, 0.6, 0.5]
+    assert [run["from"] for run in record["history"]][1:] == [up, back] and record["set_in"] == back
 
 
 def test_a_setting_is_followed_at_the_top_level_and_in_each_dataset_override(repo):
@@ -227,6 +269,8 @@ def test_this_projects_history_shows_the_rules_changed_after_its_first_results()
     assert spread["set_in"][:7] == "7abfcc1" and spread["previous"] == 2.0 and spread["status"] == CHANGED
     statistic = records_of(ledger, "statistic")["v_increasing"]
     assert statistic["status"] == CHANGED and statistic["previous"]["metric"] == "spearman_v_alpha"
+    horizon = records_of(ledger, "margins.horizon")["margin_converged"]  # set after a pilot's cosines
+    assert horizon["status"] == CHANGED and "0.990 at 1e14" in horizon["pilot"]
 
 
 @pytest.mark.skipif(bool(_real_history_missing()), reason=_real_history_missing() or "the history is there")

@@ -12,13 +12,14 @@ A field a commit's `Claim` lacked takes the current field's default, as that cod
 or a commit before the registry, is "absent".
 
 For each (claim, component): `set_in` is the first commit of the final unbroken run of its current value, and its
-status is "changed after the data" when the numbers the rule judges were already in the repository's results at
-that commit's parent: a tracked file under results/ named the claim, or the metric its statistic reads (whole
-words); else "fixed before the data". A params.yaml value is followed through the whole history of params.yaml,
-before the claims registry too (the key the claim names now, where a commit's claim named none). The one
-exception is the registry's own first commit: the rules it wrote down existed before it in other code, so there
-only the claim's own id counts as its results. Without a git history (no repository, a shallow clone) the ledger
-says so and holds no records: a claim it does not list is unknown, not fixed.
+status is "changed after the data" when the numbers the rule judges were already in the repository's results at that
+commit's parent: a tracked file under results/ named the claim, or the metric its statistic reads (whole words), or
+a pilot set it (pilots.py: numbers seen that results/ does not hold); else "fixed before the data". A params.yaml
+value is followed through the whole history of params.yaml, before the claims registry too (the key the claim names
+now, where a commit's claim named none). The one exception is the registry's own first commit: the rules it wrote
+down existed before it in other code, so there only the claim's own id counts as its results. Without a git history
+(no repository, a shallow clone) the ledger says so and holds no records: a claim it does not list is unknown, not
+fixed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from toksel.claims.catalogue import CLAIMS, Claim
+from toksel.claims.pilots import PILOTS, Pilot
 
 # The fields that word a claim or name where it is measured; every other field of Claim is part of its rule.
 WORDING = frozenset({"id", "source", "statement", "paper", "measures", "control", "bug", "producer", "family",
@@ -88,8 +90,10 @@ class Snapshot:
     claims: dict[str, dict[str, Any]] | str | None  # id -> its fields; None before the registry; UNREADABLE
 
 
-def build_ledger(root: Path | str = ".", claims: Sequence[Claim] = CLAIMS) -> Ledger:
-    """The ledger of `claims` (the current catalogue) from the git history of the project at `root`."""
+def build_ledger(root: Path | str = ".", claims: Sequence[Claim] = CLAIMS,
+                 pilots: Sequence[Pilot] = PILOTS) -> Ledger:
+    """The ledger of `claims` (the current catalogue) from the git history of the project at `root`, with the
+    components `pilots` set after numbers results/ does not hold."""
     root = Path(root).resolve()
     missing = _history_missing(root)
     if missing:
@@ -99,6 +103,7 @@ def build_ledger(root: Path | str = ".", claims: Sequence[Claim] = CLAIMS) -> Le
     comments = key_comments(_read_text(root / PARAMS))
     records = [record for claim in claims for record in _claim_records(claim, snapshots, comments)]
     _mark_results(root, records)
+    _mark_pilots(records, {claim.id: claim.threshold for claim in claims}, pilots)
     return Ledger(_head_line(root, snapshots), records, warnings)
 
 
@@ -463,8 +468,16 @@ def _claim_records(claim: Claim, snapshots: Sequence[Snapshot], comments: Mappin
         records.append({"claim": claim.id, "component": component, "value": values[-1],
                         "previous": values[start - 1] if start > 0 else ABSENT, "set_in": set_in.short,
                         "subject": set_in.subject, "results_before": False, "status": FIXED, "reason": reason,
+                        "pilot": "", "history": _runs(values, snapshots),
                         "_parent": set_in.parent, "_names": names, "_where": _results_of(component)})
     return records
+
+
+def _runs(values: Sequence[Any], snapshots: Sequence[Snapshot]) -> list[dict[str, Any]]:
+    """The component's whole history: each value it took, from the commit that set it, oldest first (a value
+    that came back is listed again: tuned, matched, tuned)."""
+    return [{"value": value, "from": snapshots[at].short} for at, value in enumerate(values)
+            if at == 0 or not _same(values[at - 1], value)] if snapshots else []
 
 
 def _same(one: Any, other: Any) -> bool:
@@ -492,6 +505,15 @@ def _mark_results(root: Path, records: list[dict[str, Any]]) -> None:
         found = named.get((record.pop("_parent"), record.pop("_where")), set())
         before = any(name in found for name in record.pop("_names"))
         record["results_before"], record["status"] = before, CHANGED if before else FIXED
+
+
+def _mark_pilots(records: list[dict[str, Any]], thresholds: Mapping[str, str], pilots: Sequence[Pilot]) -> None:
+    """Each component a pilot set: changed after the data, `pilot` saying what was seen and where it is told."""
+    for record in records:
+        found = [pilot for pilot in pilots if pilot.names(record["component"], thresholds[record["claim"]])]
+        if found:
+            record["status"] = CHANGED
+            record["pilot"] = "; ".join(f"{pilot.seen} ({pilot.source})" for pilot in found)
 
 
 def _results_of(component: str) -> str:

@@ -81,7 +81,7 @@ class RuleHistory:
         if not self.changed:
             return self.status
         parts = [f"{record['component']} {shown(record['previous'])} -> {shown(record['value'])} "
-                 f"({record['set_in']})" for record in self.changes]
+                 f"({record['set_in']}{', after a pilot' if record.get('pilot') else ''})" for record in self.changes]
         return (f"{CHANGED_TEXT}: " + "; ".join(parts) + f". Under the rule before: {self.old_verdict}"
                 + (f" ({self.note})" if self.note else ""))
 
@@ -107,6 +107,9 @@ def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]]
         return RuleHistory(FIXED_TEXT, ())
     if item.measurement is None:
         return RuleHistory(CHANGED_TEXT, tuple(changes), "not run")
+    if all(record.get("pilot") and record["previous"] in (ABSENT, NOT_SET) for record in changes):
+        return RuleHistory(CHANGED_TEXT, tuple(changes), "none",
+                           "set after a pilot's numbers (the ledger says which): there was no rule before")
     verdict, note = _old_verdict(item, {record["component"]: record["previous"] for record in changes}, config,
                                  remeasure)
     return RuleHistory(CHANGED_TEXT, tuple(changes), verdict, note)

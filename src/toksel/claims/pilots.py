@@ -1,0 +1,40 @@
+"""The values set after numbers were seen that results/ does not hold: a pilot run, a benchmark log, a note.
+
+The ledger (ledger.py) finds a rule changed after the data when a tracked file under results/ named its claim
+before the commit that set it. A pilot leaves no such trace, so each is written down here with what was seen and
+where that is told, and the ledger counts every rule component a pilot names as changed after the data, whatever
+results/ held. A pilot names params.yaml keys; it names a component that is such a key, a dataset's override of it
+(datasets.<name>.<key>), or the threshold value of a claim whose `threshold` is that key. A key no component
+matches is refused by the tests: a pilot written down for nothing would look like one counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Pilot:
+    keys: tuple[str, ...]  # the params.yaml keys whose values were set after it
+    seen: str  # the numbers seen before they were set
+    source: str  # where that is told
+
+    def names(self, component: str, threshold: str) -> bool:
+        """Whether this pilot set the rule component `component` of a claim whose threshold key is `threshold`."""
+        return any(component == key or (component.startswith("datasets.") and component.endswith(f".{key}"))
+                   or (component == "threshold_value" and threshold == key) for key in self.keys)
+
+
+NOTES = "docs/paper-notes.md"
+PILOTS: tuple[Pilot, ...] = (
+    Pilot(("pair.past_cap",), "the one-layer model read 0.75 of the pair sequences on four pilot seeds and 0.5 on the "
+          "fifth, hence a boundary half way from the cap 3/4 to 1 rather than the cap",
+          f"{NOTES} (the pair of tokens)"),
+    Pilot(("datasets.synthetic_pair.train.lr", "datasets.synthetic_pair_first_order.train.lr"),
+          "at the ablations' rate 1e-3 three of five pilot MLP fits stopped on the loss's first plateau (epoch 4, "
+          "validation loss 0.69), hence the pair datasets' rate 0.01", f"{NOTES} (the pair of tokens); params.yaml"),
+    Pilot(("margins.horizon",), "the pilot l_1.5 flow on seed 0 at cosine 0.986 with its own solution at t = 1e10 "
+          "and 0.990 at 1e14, hence the horizon 1e16", f"{NOTES} (which margin an optimiser picks); params.yaml"),
+    Pilot(("margins.potentials",), "the pilot's l_2 direction at cosine 0.94 with the l_1.5 one, 0.97 with the l_3 "
+          "one and 0.93 with the l_4 one on seed 0, hence [1.5, 4]", f"{NOTES} (which margin an optimiser picks)"),
+)
