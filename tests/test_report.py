@@ -1,6 +1,7 @@
 """The phase diagram (cells, window, d sweep) and the report of every claim, on the tiny synthetic pipeline run
 through the stages' real entry points."""
 
+import dataclasses
 import html
 import json
 import math
@@ -353,6 +354,12 @@ def test_the_verdict_in_words_names_the_claims_that_do_not_hold():
                                                "judged on; these do not: trained embeddings beat random frozen ones "
                                                "(fails on imdb).")
     assert verdict([]).lead.startswith("No claim of the paper has been judged yet")
+    # A row that fails by its own rule and is inconclusive under the error control is unsettled, and says both.
+    controlled = dataclasses.replace(fails, verdict="inconclusive", own_verdict="fails")
+    open_row = verdict([("a", holds), ("imdb", controlled)])
+    assert "unsettled (inconclusive under the error control" in open_row.lead
+    unsettled = {item.label: item for item in open_row.items}["Unsettled"]
+    assert "inconclusive on imdb (-0.11 [" in unsettled.claims[0] and "; fails by its own rule)" in unsettled.claims[0]
     assert warning("full") == warning("paper") == ""  # the paper-scale profile is no small run
     assert "profiles/quick.yaml" in warning("quick") and "`make quick`" in warning("quick")
 

@@ -520,6 +520,7 @@ class Assessment:
     judged_verdict: str = ""  # what the rule says even where the claim is exploratory
     extra: dict[str, Any] = field(default_factory=dict)
     p: PValues | None = None  # the p-values of its verdict's tests (toksel.claims.verdict.p_values)
+    own_verdict: str = ""  # where `verdict` is the one under the error control: the verdict by its own rule
 
     @property
     def judged(self) -> bool:

@@ -174,12 +174,12 @@ def headline(counts: dict[str, float]) -> str:
                 f"({n('_changed_rule_held_holm')} hold); {n('_not_counted')} judged rows not counted, {n('_not_run')} "
                 "not run")
 
-    kept_by = counts["claims_held_by"] + counts["ours_held_by"]
     return (f"The paper's claims: {part('claims')}. Ours: {part('ours')}. Not judged: {counts['exploratory']:.0f} "
             f"exploratory (the data lack what the lemma needs), {counts['transient']:.0f} not tested (transient) and "
             f"{counts['described']:.0f} described. The error "
             "control is Holm's procedure across every counted row (family-wise error rate report.family_alpha; "
-            f"Benjamini-Yekutieli's false discovery rate would keep {kept_by:.0f} holding).")
+            f"Benjamini-Yekutieli's false discovery rate would keep {counts['claims_held_by']:.0f} of the paper's "
+            f"{counts['claims']:.0f} counted and {counts['ours_held_by']:.0f} of our {counts['ours']:.0f} holding).")
 
 
 

@@ -71,7 +71,13 @@ def _value(item: Assessment) -> str:
 
 
 def _datasets(rows: Sequence[Judged], with_values: bool = False) -> str:
-    return ", ".join(f"{data} ({_value(item)})" if with_values else data for data, item in rows)
+    return ", ".join(f"{data} ({_value(item)}{_own(item)})" if with_values else data for data, item in rows)
+
+
+def _own(item: Assessment) -> str:
+    """Where the error control moved a verdict: what the row's own rule says (a reversal, decided by the rule,
+    stays decided in the words even where Holm leaves it open)."""
+    return f"; {item.own_verdict} by its own rule" if item.own_verdict and item.own_verdict != item.verdict else ""
 
 
 def _standing_text(standing: Standing) -> str:
@@ -104,7 +110,9 @@ def _lead(found: list[Standing]) -> str:
     else:
         sentence += "none fails"
     if unsettled:
-        sentence += f"; {unsettled} {'is' if unsettled == 1 else 'are'} unsettled (an interval straddles its threshold)"
+        sentence += (f"; {unsettled} {'is' if unsettled == 1 else 'are'} unsettled (inconclusive under the error "
+                     "control: an interval straddles its threshold, or its own rule's verdict does not survive the "
+                     "control)")
     return sentence + "."
 
 
@@ -119,7 +127,9 @@ class Item:
 
 OUTCOMES = {"holds": ("Hold", "on every dataset they were judged on"),
             "fails": ("Do not hold", "they fail on at least one dataset"),
-            "unsettled": ("Unsettled", "none fails, but an interval straddles its threshold")}
+            "unsettled": ("Unsettled", "none fails under the error control, but at least one row is inconclusive "
+                                       "there: its interval straddles its threshold, or the verdict by its own rule "
+                                       "(given beside it) does not survive the control")}
 
 
 def _by_outcome(found: list[Standing]) -> list[Item]:

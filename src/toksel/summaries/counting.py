@@ -89,4 +89,5 @@ def _controlled(verdict: str, adjusted: float, alpha: float) -> str:
 
 def under_control(item: Assessment, counting: Counting) -> Assessment:
     """The assessment with its verdict under the error control: what the headline counts."""
-    return dataclasses.replace(item, verdict=counting.controlled) if counting.counted else item
+    return dataclasses.replace(item, verdict=counting.controlled, own_verdict=item.verdict) if counting.counted \
+        else item
