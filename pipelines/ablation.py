@@ -9,8 +9,9 @@ training/protocol.py at train.lr. dvc.yaml runs every variant on each dataset of
 results/ablation/<dataset>/<variant>/seed<seed>/; their metrics gathered in results/ablation/<dataset>/<variant>.json.
 
 Stage `pair` is the same training (pipelines/pair.py) on the pair datasets (pair.dataset and pair.control, each
-variant of pair.variants), into results/pair/; there each run also records its accuracy on the test sequences
-that carry a pair (`pair_accuracy`), which the pair claims read.
+variant of pair.variants), into results/pair/; there each fit also records its accuracy on the test sequences
+that carry a pair (`pair_accuracy`; the shuffled-label control's is control_pair_accuracy), which the pair claims
+read.
 """
 
 from __future__ import annotations
@@ -87,12 +88,11 @@ def ablation(config: Config, run: RunRecord, stage: str = "ablation") -> None:
     reading = TokenReading(tokens, curve_settings(config.train), rows.trained_tokens())
     plan = FitPlan(training, checkpoint_dir(stage, variant) / f"seed{seed}", fingerprint, run, seed,
                    show_progress())
-    # The pair claims' controls are other runs (the control dataset, the one-layer model): no shuffled-label fit.
-    trained = train_with_control(Protocol(model, data, plan, reading), [training.lr], control=stage != "pair")
+    # On a pair dataset every fit, the shuffled-label control's too, is read on the pair sequences as well.
+    extra = functools.partial(pair_accuracy, config) if stage == "pair" else None
+    trained = train_with_control(Protocol(model, data, plan, reading, extra=extra), [training.lr])
     size = {"d": float(scale.d), "train_rows": float(len(rows.rows("train")[1])),
             "test_rows": float(len(rows.rows("test")[1])), "padding_fraction": rows.training_batches_padding()}
-    if stage == "pair":
-        size |= pair_accuracy(config, trained.module)
     record_fit(run, seed_dir(results_dir(stage, variant), seed),
                dataclasses.replace(trained, metrics={**trained.metrics, **size}), reading,
                f"{dataset}, {settings.variant} (d {scale.d}, first {scale.max_len or 'all'} tokens), seed {seed}: "

@@ -87,6 +87,10 @@ def test_a_row_counts_only_where_its_rule_is_calibrated_its_control_behaves_and_
     assert straddling.control_verdict == "inconclusive" and straddling.control_behaved is None
     assert "its control is inconclusive" in reason_not_counted(straddling, "imdb",
                                                                [{**CALIBRATED[0], "family": "one_step"}])
+    # A claim a proof implies is a consistency check: judged and shown, never counted as a finding.
+    implied = dataclasses.replace(item, claim=dataclasses.replace(item.claim, kind="consistency"))
+    assert reason_not_counted(implied, "imdb", CALIBRATED).startswith("a consistency check: a proof implies it")
+    assert BY_ID["pair_one_layer_capped"].kind == "consistency"
 
 
 def test_the_error_control_turns_a_marginal_hold_inconclusive_among_many_claims(config):

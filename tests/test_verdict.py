@@ -151,7 +151,8 @@ def test_every_claim_names_a_threshold_the_config_holds_a_scope_a_control_and_it
         assert claim.scope in SCOPES and claim.comparison in (">=", "<=", "within") and claim.control, claim.id
         assert claim.producer in ("evaluate", "compare", "ablation_report", "phase_diagram", "pair_report",
                                   "margins"), claim.id
-        assert claim.kind in ("presence", "size", "description") and claim.origin in ("paper", "ours"), claim.id
+        assert claim.kind in ("presence", "size", "description", "consistency"), claim.id
+        assert claim.origin in ("paper", "ours"), claim.id
         assert set(claim.requires) <= set(REQUIREMENTS), claim.id
         if claim.kind != "description":
             assert claim.family and claim.bug, claim.id  # calibrated, and its control shown able to pass

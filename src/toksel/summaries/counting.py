@@ -1,6 +1,7 @@
 """Which rows of the report count, and their verdicts under the error control across the report.
 
-A row counts when it is judged (measured, in its lemma's scope, a claim and not a description), its verdict rule
+A row counts when it is judged (measured, in its lemma's scope, a claim and not a description), not implied by a
+proof (a consistency check, which only a bug could make fail, is shown and not counted), its verdict rule
 is calibrated on that row's dataset (the calibration stage's row for its family and dataset: power and false
 positives within their bounds; a family calibrated elsewhere says nothing of this dataset's noise), no fit it
 reads was stopped by its epoch budget (two arms compared before they converged say nothing), its control
@@ -45,6 +46,8 @@ def reason_not_counted(item: Assessment, dataset: str, calibration: Sequence[Map
         return "not run"
     if item.verdict in ("exploratory", "described", "transient", "not computed"):
         return item.verdict
+    if item.claim.kind == "consistency":
+        return "a consistency check: a proof implies it, so it could not have failed but for a bug (it would catch one)"
     found = calibration_row(calibration, item.claim.family, dataset)
     if found is None:
         return f"its rule ({item.claim.family}) is not calibrated on {dataset}"

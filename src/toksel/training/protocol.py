@@ -73,6 +73,7 @@ class Protocol:
     plan: FitPlan  # the stage's: its settings, checkpoints folder, fingerprint, run, seed and progress bar
     reading: TokenReading  # what each fit's token curves are read over
     per_epoch: bool = False  # the kept and matched fits log every epoch (Trained.epoch_log)
+    extra: Callable[[ClassifierModule], dict[str, float]] | None = None  # the stage's own measures of every fit
 
     def fit(self, lr: float, phase: str, shuffled: bool = False, epochs: int | None = None) -> Fitted:
         """One fit at `lr` (within `epochs`, else the budget), logged as its own run; the module and metrics."""
@@ -90,6 +91,7 @@ class Protocol:
                          dataclasses.replace(plan, settings=settings, checkpoints=folder, run=trial),
                          per_epoch=epoch_spreads(self.reading) if logged else None)
             metrics, curves = summarise(module, result, self.reading)
+            metrics |= self.extra(module) if self.extra is not None else {}
             trial.log_metrics({name: value for name, value in metrics.items() if name not in result.test})
             trial.log_metrics({"seconds": result.seconds, "measure_seconds": result.measure_seconds})
         if not is_worker():
