@@ -32,7 +32,7 @@ from toksel.report.render_check import main as render_check
 from toksel.runtime import records
 from toksel.runtime.config import load_config
 from toksel.runtime.records import git_sha
-from toksel.summaries.claims import HEADER, Row
+from toksel.summaries.claims import HEADER, NOT_YET, Row, claims_table
 from toksel.summaries.shading import LEGEND, SHADE_CAP, shade
 from toksel.theory.phase import edge_factor, factor_range, fit_power_law, measured_window, predicted_window
 
@@ -309,6 +309,12 @@ def _lemma41(data: str, controls: list[float]) -> Row:
     runs = {seed: {"step": {"pearson_r": 0.999 - 0.0002 * seed, "control_pearson_r": control}}
             for seed, control in enumerate(controls)}
     return Row(assess(claim, measure(claim, data, runs), load_config([], ROOT / "params.yaml")), data, "evaluate")
+
+
+def test_a_stage_summary_leaves_the_calibration_to_the_report_which_follows_it():
+    row = _lemma41("a", [0.0, 0.01, -0.01])
+    assert f"({NOT_YET})" in "\n".join(claims_table([row]))  # pair_report, margins: written before calibrate runs
+    assert "(not calibrated on this dataset)" in "\n".join(claims_table([row], []))  # the report, calibrate not run
 
 
 def test_a_control_that_fails_as_it_must_is_shown_as_good_and_one_that_holds_as_bad():

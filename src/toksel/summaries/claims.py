@@ -21,8 +21,14 @@ from toksel.summaries.markdown import number, table
 Calibration = list[dict[str, Any]]  # the calibration stage's rows: one per family and dataset
 
 
-def family_standing(calibration: Calibration, family: str, dataset: str) -> str:
-    """calibrated or uncalibrated on `dataset` (its own calibration row), or not run there."""
+NOT_YET = "calibrated after this stage: the report says"  # a stage's summary, written before calibrate runs
+
+
+def family_standing(calibration: Calibration | None, family: str, dataset: str) -> str:
+    """calibrated or uncalibrated on `dataset` (its own calibration row), or not run there; None: a stage's own
+    summary, which the calibrate stage follows, so not judged here."""
+    if calibration is None:
+        return NOT_YET
     found = next((row for row in calibration if row["family"] == family and row["data"] == dataset), None)
     if found is None:
         return "not calibrated on this dataset"
@@ -67,7 +73,7 @@ def family_anchor(family: str) -> str:
     return f"calibration-{family.replace('_', '-')}"
 
 
-def calibration_cell(claim: Claim, dataset: str, calibration: Calibration) -> str:
+def calibration_cell(claim: Claim, dataset: str, calibration: Calibration | None) -> str:
     """The claim's family, linked to its rows of the calibration table, with its standing on the row's dataset."""
     if not claim.family:
         return ""
@@ -103,7 +109,7 @@ def counted_text(row: Row) -> str:
     return "yes" if row.counting.counted else f"no: {row.counting.reason}"
 
 
-def cells(row: Row, calibration: Calibration = ()) -> list[str]:
+def cells(row: Row, calibration: Calibration | None = None) -> list[str]:
     """The claim (its id first: the name it has in the code; last, the stage and function that compute it), checks,
     data, paper, ours, threshold, verdict, its p-value (and under Holm), control, control verdict, calibration
     family, whether it counts, its rule's history; a failing verdict in bold."""
@@ -125,8 +131,9 @@ HEADER = ["claim", "checks", "data", "paper", "ours: mean [95 % interval]", "thr
           "rule: fixed before the data, or changed after"]
 
 
-def claims_table(table_rows: Iterable[Row], calibration: Calibration = ()) -> list[str]:
-    """The lines of a Markdown table of the claims' rows."""
+def claims_table(table_rows: Iterable[Row], calibration: Calibration | None = None) -> list[str]:
+    """The lines of a Markdown table of the claims' rows; calibration None: a stage's summary, written before the
+    calibrate stage runs."""
     return table(HEADER, (cells(row, calibration) for row in table_rows))
 
 
