@@ -13,7 +13,8 @@ from pipelines import prepare
 from tests.helpers import ROOT, dataset_entry
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import average_signed_frequency, class_signed_frequency
-from toksel.data.sources import balanced_subsample, load_text_split
+from toksel.data.prepared import prepare_text
+from toksel.data.sources import balanced_subsample, load_text_split, short_classes
 from toksel.data.token_table import read_token_table
 from toksel.data.tokenize import train_tokenizer, word_tokens
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
@@ -82,6 +83,16 @@ def test_balanced_subsample_is_seeded_and_balanced():
     assert np.bincount(labels[rows]).tolist() == [20, 20]
     assert rows.tolist() == balanced_subsample(labels, 40, np.random.default_rng(0)).tolist()
     assert len(balanced_subsample(labels, 0, np.random.default_rng(0))) == 100
+
+
+def test_a_class_too_small_for_its_share_is_the_same_rows_in_every_draw_and_prepare_says_so(mirror_project):
+    labels = np.array([0] * 30 + [1] * 70)
+    assert short_classes(labels, 80) == [(0, 30, 40)] and short_classes(labels, 40) == []
+    assert short_classes(labels, 0) == [] and short_classes(labels, 100) == []
+    # The tiny mirror's training split: 3 positive, 4 negative; a subsample of 6 asks 3 of each.
+    with pytest.warns(UserWarning, match=r"class 1 has 3: every draw holds the same 3 rows of it"):
+        prepare_text("tiny", _hub_data(hub_id="example/tiny", max_train=6, max_test=0, bootstrap=False, min_count=1),
+                     (0, 1))
 
 
 def test_class_signed_frequency_matches_alpha_for_two_classes_and_its_definition_for_three():

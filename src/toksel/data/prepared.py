@@ -19,7 +19,7 @@ from toksel.data.frequency import (
     token_statistics,
     token_types,
 )
-from toksel.data.sources import balanced_subsample, load_text_splits
+from toksel.data.sources import balanced_subsample, load_text_splits, short_classes
 from toksel.data.synthetic import generate, vocabulary
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
@@ -70,6 +70,11 @@ def prepare_text(dataset: str, data: DataConfig, seed: int | tuple[int, ...]) ->
                           f"{split} split: every draw holds the same rows"
                           + (" (the training rows are then resampled)" if split == "train" and data.bootstrap
                              else ""), stacklevel=2)
+        for label, count, share in short_classes(loaded[split].labels, size):
+            if len(rows) < len(loaded[split].labels):  # (a split taken whole is warned of above)
+                warnings.warn(f"{dataset}: data.max_{split} = {size:,} asks {share:,} rows of each class, and class "
+                              f"{label} has {count:,}: every draw holds the same {count:,} rows of it, so the seeds "
+                              "vary the other classes' rows alone", stacklevel=2)
         raw[split] = loaded[split].subset(rows)
         every_row[split] = len(rows) == len(loaded[split].labels)
     tokenize = train_tokenizer(data.tokenizer, raw["train"].texts, data.subword_vocab_size)

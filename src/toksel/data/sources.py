@@ -173,6 +173,16 @@ def _text(value: object, name: str, row: int) -> str:
     return str(value)
 
 
+def short_classes(labels: np.ndarray, size: int) -> list[tuple[int, int, int]]:
+    """(class, its rows, its share size // K) of each class with fewer rows than its share of a subsample of `size`:
+    every draw then holds all of that class's rows, so a seed cannot vary them."""
+    if size == 0 or size >= len(labels):
+        return []
+    classes, counts = np.unique(labels, return_counts=True)
+    share = size // len(classes)
+    return [(int(label), int(count), share) for label, count in zip(classes, counts, strict=True) if count <= share]
+
+
 def balanced_subsample(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
     """Sorted row indices: up to size // K rows of each of the K classes present, drawn without replacement.
 
