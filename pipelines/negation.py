@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +69,11 @@ def lexicon(dataset: str, seed: int, marking: Rule) -> Lexicon:
     return Lexicon(tokens, negator_mask(tokens.words, marking.negators), strong_mask(tokens, marking))
 
 
-def accuracy_row(model: str, seed: int, scored: Scored, marked: np.ndarray) -> dict[str, Any]:
-    """A kept model's accuracy on the test reviews `marked` negated (one per row it was scored on) and the others."""
+def accuracy_row(model: str, seed: int, scored: Scored, marked: np.ndarray,
+                 by_polarity: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """A kept model's accuracy on the test reviews `marked` negated (one per row it was scored on) and the others,
+    and on the negated reviews by the negated word's own polarity (`by_polarity`: positive, negative): negating a
+    positive word flips it, while a negated negative word (don't waste) mostly keeps its review's side."""
     correct = scored.correct
 
     def accuracy(rows: np.ndarray) -> float:
@@ -79,7 +82,15 @@ def accuracy_row(model: str, seed: int, scored: Scored, marked: np.ndarray) -> d
     found = {"model": model, "dataset": model.split("/")[1], "seed": seed, "max_len": scored.max_len,
              "reviews": len(scored.rows), "negated": int(marked.sum()), "test_accuracy": float(correct.mean()),
              "accuracy_negated": accuracy(marked), "accuracy_other": accuracy(~marked)}
+    for polarity, rows in by_polarity.items():
+        found |= {f"negated_{polarity}": int(rows.sum()), f"accuracy_negated_{polarity}": accuracy(rows)}
     return found | {"difference": found["accuracy_negated"] - found["accuracy_other"]}
+
+
+def by_word_polarity(split: PackedSplit, pairs: np.ndarray, tokens: TokenTable) -> dict[str, np.ndarray]:
+    """The negated reviews of `pairs` by the polarity of the word negated: positive (P(1|s) > P(0|s)), negative."""
+    polarity = np.nan_to_num(tokens.column("posterior_difference"))[split.seq_tokens[pairs[:, 1]]]
+    return {"positive": negated_rows(split, pairs[polarity > 0]), "negative": negated_rows(split, pairs[polarity < 0])}
 
 
 def negated_words(split: PackedSplit, known: Lexicon, marking: Rule) -> dict[str, Any]:
@@ -152,8 +163,11 @@ def negation(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> N
             lexicon_of = known[dataset, seed]
             scored = scored_on_test(seed_dir(results_dir(stage, model.split("/", 1)[1]), seed),
                                     data_dir(dataset, seed), lexicon_of.tokens, configs[dataset])
-            marked = negated_rows(scored.split, lexicon_of.negations(scored.split, marking, scored.max_len))
-            accuracy.append(accuracy_row(model, seed, scored, marked[scored.rows]))
+            pairs = lexicon_of.negations(scored.split, marking, scored.max_len)
+            marked = negated_rows(scored.split, pairs)
+            by_polarity = by_word_polarity(scored.split, pairs, lexicon_of.tokens)
+            accuracy.append(accuracy_row(model, seed, scored, marked[scored.rows],
+                                         {polarity: rows[scored.rows] for polarity, rows in by_polarity.items()}))
             splits[dataset, seed] = scored.split  # the whole test split, whichever rows the model was scored on
             if stage in BAG_STAGES:
                 readings += [{"model": model, "dataset": dataset, "seed": seed, **row} for row in negator_readings(

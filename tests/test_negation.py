@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pipelines import ablation, negation, prepare, train
+from pipelines.negation import by_word_polarity
 from tests.helpers import OPTIMISER, TINY_TRAIN
 from toksel.data.corpus import PackedSplit
 from toksel.data.negation import Rule, negated_rows, negations, negator_mask, negator_readings, strong_mask
@@ -67,6 +68,9 @@ def test_the_rule_marks_exactly_the_planted_negations():
     pairs = negations(TEST, negator, strong, 1)
     assert [(WORDS[TEST.seq_tokens[a]], WORDS[TEST.seq_tokens[b]]) for a, b in pairs] == [
         ("not", "bad"), ("isn't", "great"), ("never", "dull")]
+    # By the negated word's own polarity: "not bad", "never dull" negate negative words, "isn't great" a positive one.
+    split = by_word_polarity(TEST, pairs, TOKENS)
+    assert np.flatnonzero(split["positive"]).tolist() == [3] and np.flatnonzero(split["negative"]).tolist() == [0, 9]
     # Cut to the first tokens a model reads: "the film is not bad" has its negation at positions 3 and 4.
     assert not negated_rows(TEST, negations(TEST, negator, strong, 1, max_len=4))[0]
     assert negated_rows(TEST, negations(TEST, negator, strong, 1, max_len=5))[0]
@@ -165,6 +169,9 @@ def test_the_stage_reads_each_kept_model_and_the_report_shows_it(project):
         assert row["test_accuracy"] == pytest.approx(recorded, abs=1e-6)
         parts = row["accuracy_negated"] * row["negated"] + row["accuracy_other"] * (row["reviews"] - row["negated"])
         assert parts == pytest.approx(row["test_accuracy"] * row["reviews"])
+        # Each negated review negates a positive word, a negative one, or both.
+        assert max(row["negated_positive"], row["negated_negative"]) <= row["negated"] <= (
+            row["negated_positive"] + row["negated_negative"])
     assert [row["negator"] for row in found["negators"]] == ["not", "never", "no", "n't"]  # the one-layer model's
     assert found["negators"][0]["words"] == ["not"] and found["negators"][1]["words"] == []
     metrics = json.loads((out / "metrics.json").read_text())

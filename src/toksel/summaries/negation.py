@@ -16,15 +16,19 @@ from toksel.summaries.shading import legend
 
 Rows = Sequence[Mapping[str, Any]]
 
-ACCURACY = ("accuracy_negated", "accuracy_other", "difference")
+ACCURACY = ("accuracy_negated", "accuracy_other", "difference", "accuracy_negated_positive",
+            "accuracy_negated_negative")
 ACCURACY_HEADER = ["model", "tokens read", "negated reviews (of)", "accuracy: negated", "accuracy: the others",
-                   "negated - others"]
+                   "negated - others", "negated word positive (reviews)", "negated word negative (reviews)"]
 READINGS = ("alpha", "value", "value_z", "score", "score_z")
 NEGATOR_HEADER = ["model", "negator (words)", "alpha_s", "E_s^T v", "E_s^T v: z among the tokens (% below it)",
                   "E_s^T p", "E_s^T p: z among the tokens (% below it)"]
 
 
-ACCURACY_NOTE = ("Each model's accuracy, mean over the training seeds [95 % interval]. A model with positions reads "
+ACCURACY_NOTE = ("Each model's accuracy, mean over the training seeds [95 % interval], and on the negated reviews by "
+                 "the negated word's own polarity (a review may hold both): a negated positive word (not good) flips "
+                 "its sense, where a negated negative word (don't waste) mostly keeps its review's side, so the "
+                 "first tests a flip, the second barely. A model with positions reads "
                  "the first tokens of each review only, as it was trained (sequence.cpu.max_len), and a review is "
                  "negated for it when the negation lies there; its accuracy on every test review it reads is the one "
                  "its run recorded.")
@@ -72,7 +76,10 @@ def accuracy_rows(rows: Rows) -> list[list[str]]:
         read = seeds[0]["max_len"]
         listed.append([model, "all" if read is None else f"the first {read}",
                       f"{number(_mean(seeds, 'negated'), '.0f')} ({number(_mean(seeds, 'reviews'), '.0f')})",
-                      *(interval_text(_interval(seeds, name)) for name in ACCURACY)])
+                      *(interval_text(_interval(seeds, name)) for name in ACCURACY[:3]),
+                      *(f"{interval_text(_interval(seeds, f'accuracy_negated_{polarity}'))} "
+                        f"({number(_mean(seeds, f'negated_{polarity}'), '.0f')})"
+                        for polarity in ("positive", "negative"))])
     return listed
 
 
