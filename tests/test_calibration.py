@@ -165,8 +165,22 @@ def test_an_old_statistic_is_measured_again_on_the_rows_runs(config):
         return measure(old, "imdb", runs)
 
     found = history(item, "imdb", records, config, remeasure)
-    assert asked == [("spearman_v_alpha", "")] and found.old_verdict == "fails"  # 0.26 [0.235, 0.285] < 0.3
+    assert set(asked) == {("spearman_v_alpha", "")} and found.old_verdict == "fails"  # 0.26 [0.235, 0.285] < 0.3
     assert "its statistic then, spearman_v_alpha" in found.note
+    # Each change undone alone too: the old statistic at today's 0.5 fails; today's statistic at the old 0.3 holds.
+    assert [(component, verdict) for component, verdict, _ in found.each] == [("statistic", "fails"),
+                                                                              ("threshold_value", "holds")]
+
+
+def test_a_change_that_needs_a_rerun_leaves_the_other_changes_old_rules_judged(config):
+    item = _gap(config, [0.03, 0.035, 0.04])
+    records = [_record("accuracy_gap", "threshold_value", 0.05, 0.0), _record("accuracy_gap", "train.lr_grid",
+                                                                              [0.001], [0.001, 0.01, 0.1])]
+    found = history(item, "imdb", records, config, lambda claim, protocol: None)
+    assert found.old_verdict == "not recomputed" and "train.lr_grid" in found.note  # together: needs the old screen
+    assert [(component, verdict) for component, verdict, _ in found.each] == [("threshold_value", "fails"),
+                                                                              ("train.lr_grid", "not recomputed")]
+    assert "Each change alone: threshold_value as before: fails" in found.text()
 
 
 def test_recent_makes_each_key_once_and_forgets_the_oldest():

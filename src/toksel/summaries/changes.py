@@ -70,6 +70,8 @@ class RuleHistory:
     changes: tuple[Mapping[str, Any], ...]
     old_verdict: str = ""  # the verdict under the rule in force before the data ("" where it was fixed)
     note: str = ""  # how the old verdict was found, or why it could not be
+    each: tuple[tuple[str, str, str], ...] = ()  # with several changes: (component, verdict, note) of each one undone
+    # alone, the others as they are now: where one change needs a rerun, the others' old rules are still judged
 
     @property
     def changed(self) -> bool:
@@ -82,8 +84,10 @@ class RuleHistory:
             return self.status
         parts = [f"{record['component']} {shown(record['previous'])} -> {shown(record['value'])} "
                  f"({record['set_in']}{', after a pilot' if record.get('pilot') else ''})" for record in self.changes]
+        alone = "; ".join(f"{component} as before: {verdict}" + (f" ({note})" if note else "")
+                          for component, verdict, note in self.each)
         return (f"{CHANGED_TEXT}: " + "; ".join(parts) + f". Under the rule before: {self.old_verdict}"
-                + (f" ({self.note})" if self.note else ""))
+                + (f" ({self.note})" if self.note else "") + (f". Each change alone: {alone}" if alone else ""))
 
 
 def shown(value: Any) -> str:
@@ -112,7 +116,9 @@ def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]]
                            "set after a pilot's numbers (the ledger says which): there was no rule before")
     verdict, note = _old_verdict(item, {record["component"]: record["previous"] for record in changes}, config,
                                  remeasure)
-    return RuleHistory(CHANGED_TEXT, tuple(changes), verdict, note)
+    each = tuple((record["component"], *_old_verdict(item, {record["component"]: record["previous"]}, config,
+                                                     remeasure)) for record in changes) if len(changes) > 1 else ()
+    return RuleHistory(CHANGED_TEXT, tuple(changes), verdict, note, each)
 
 
 MATCHED = "matched lr"  # claims/measurements.py's protocol of the rule before: one rate, the old 20-epoch budget
