@@ -35,12 +35,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from toksel.claims.verdict import seed_interval
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "benchmarks" / "gpu_reference"  # the CPU run's files these numbers are set against
 RESULTS = ROOT / "benchmarks" / "results.md"
 VARIANTS = ("mlp", "mlp_residual", "two_layer", "two_layer_kq")
 PAPER = "sequence.scale=paper"
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t quantiles for the CPU run's 2 to 5 seeds
 
 
 @dataclass
@@ -151,11 +152,6 @@ def _busy(step: Step) -> str:
     return "n/a (no nvidia-smi)" if step.busy is None else f"{step.busy:.0f} % ({step.busy_samples} samples)"
 
 
-def interval_half_width(values: list[float]) -> float:
-    """Half the width of the 95 % t-interval of the mean of `values` (the report's intervals over seeds)."""
-    return T_975[len(values) - 1] * statistics.stdev(values) / math.sqrt(len(values))
-
-
 def against_cpu(dataset: str = "imdb", gpu_root: Path = ROOT, reference: Path = REFERENCE) -> dict:
     """The GPU's seed 0 of train@dataset against the CPU run's (benchmarks/gpu_reference): per arm and metric the
     difference and the tolerance (half the CPU run's 95 % interval over its seeds); timing metrics left out."""
@@ -170,7 +166,8 @@ def against_cpu(dataset: str = "imdb", gpu_root: Path = ROOT, reference: Path = 
                 continue
             if not all(math.isfinite(value) for value in [gpu[metric], *values]):
                 continue
-            tolerance = interval_half_width(values)
+            interval = seed_interval(values)  # the report's interval over the seeds
+            tolerance = (interval.high - interval.low) / 2
             difference = gpu[metric] - values[0]
             ok = abs(difference) <= tolerance or difference == 0
             within &= ok
