@@ -194,7 +194,7 @@ def test_a_pilot_sets_the_components_it_names_changed_after_the_data_with_what_w
     assert sorted(changed) == [(claim, THRESHOLD_VALUE) for claim in pair]
     # A dataset's override of a key is the key's.
     lr = Pilot(("train.lr",), "a plateau", "a log")
-    assert lr.names("datasets.synthetic_pair.train.lr", "pair.past_cap") and not lr.names("train.lr_grid", "")
+    assert lr.names("datasets.synthetic_pair.train.lr") and not lr.names("train.lr_grid")
 
 
 def test_every_pilot_names_a_rule_component(repo):
@@ -203,8 +203,9 @@ def test_every_pilot_names_a_rule_component(repo):
     ledger = build_ledger(repo)
     for pilot in PILOTS:
         for key in pilot.keys:
+            thresholds = {claim.id: claim.threshold for claim in CLAIMS}
             named = [record for record in ledger.records if Pilot((key,), "", "").names(
-                record["component"], next(claim.threshold for claim in CLAIMS if claim.id == record["claim"]))]
+                thresholds[record["claim"]] if record["component"] == THRESHOLD_VALUE else record["component"])]
             assert named and all(record["status"] == CHANGED and pilot.seen in record["pilot"] for record in named), key
 
 

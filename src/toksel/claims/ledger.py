@@ -510,7 +510,9 @@ def _mark_results(root: Path, records: list[dict[str, Any]]) -> None:
 def _mark_pilots(records: list[dict[str, Any]], thresholds: Mapping[str, str], pilots: Sequence[Pilot]) -> None:
     """Each component a pilot set: changed after the data, `pilot` saying what was seen and where it is told."""
     for record in records:
-        found = [pilot for pilot in pilots if pilot.names(record["component"], thresholds[record["claim"]])]
+        component = record["component"]
+        read = thresholds[record["claim"]] if component == THRESHOLD_VALUE else component  # the params.yaml key
+        found = [pilot for pilot in pilots if pilot.names(read)]
         if found:
             record["status"] = CHANGED
             record["pilot"] = "; ".join(f"{pilot.seen} ({pilot.source})" for pilot in found)

@@ -3,8 +3,8 @@
 The ledger (ledger.py) finds a rule changed after the data when a tracked file under results/ named its claim
 before the commit that set it. A pilot leaves no such trace, so each is written down here with what was seen and
 where that is told, and the ledger counts every rule component a pilot names as changed after the data, whatever
-results/ held. A pilot names params.yaml keys; it names a component that is such a key, a dataset's override of it
-(datasets.<name>.<key>), or the threshold value of a claim whose `threshold` is that key. A key no component
+results/ held. A pilot names params.yaml keys; it names a component that reads such a key or a dataset's override of
+it (datasets.<name>.<key>; a claim's threshold value reads the key its `threshold` names). A key no component
 matches is refused by the tests: a pilot written down for nothing would look like one counted.
 """
 
@@ -19,10 +19,10 @@ class Pilot:
     seen: str  # the numbers seen before they were set
     source: str  # where that is told
 
-    def names(self, component: str, threshold: str) -> bool:
-        """Whether this pilot set the rule component `component` of a claim whose threshold key is `threshold`."""
-        return any(component == key or (component.startswith("datasets.") and component.endswith(f".{key}"))
-                   or (component == "threshold_value" and threshold == key) for key in self.keys)
+    def names(self, read: str) -> bool:
+        """Whether this pilot set the params.yaml key `read` (a rule component's key), or a dataset's override of
+        one of its keys."""
+        return any(read == key or (read.startswith("datasets.") and read.endswith(f".{key}")) for key in self.keys)
 
 
 NOTES = "docs/paper-notes.md"

@@ -123,7 +123,7 @@ class PackedDataModule(pl.LightningDataModule):
         """Batches of the split `name` (shuffle: in the epoch's order; shared: only this DDP process's share of
         each) built on `device` (the fit's when None). The validation and test batches never change: cut once per
         device, for every fit and every pass of this data."""
-        split, device = self.rows(name)[0], self.device() if device is None else device
+        (split, rows), device = self.rows(name), self.device() if device is None else device
         fixed = not shuffle and not shared
         if fixed and name in EVALUATED and (name, str(device)) in self._fixed:
             return self._fixed[name, str(device)]
@@ -131,7 +131,7 @@ class PackedDataModule(pl.LightningDataModule):
         def epoch() -> list[np.ndarray]:
             return [self.share(chosen) if shared else chosen for chosen in self.batches(name, shuffle)]
 
-        count = -(-len(self.rows(name)[1]) // self.batch_size)
+        count = -(-len(rows) // self.batch_size)
         batches = BagBatches(split, epoch, count, self.dtype, device, once=fixed)
         if fixed and name in EVALUATED:
             self._fixed[name, str(device)] = batches

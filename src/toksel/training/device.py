@@ -20,13 +20,6 @@ class OffDevice(ToksError):
     """A reading found the model away from the device its stage runs on."""
 
 
-def module_device(module: nn.Module) -> torch.device:
-    """The device of a module's first parameter or buffer (the CPU for a module without either)."""
-    for tensor in (*module.parameters(), *module.buffers()):
-        return tensor.device
-    return torch.device("cpu")
-
-
 def require_on(module: nn.Module, device: torch.device) -> None:
     """Refuse a module with a parameter or buffer away from `device`: a reading would copy it or run elsewhere."""
     for name, tensor in (*module.named_parameters(), *module.named_buffers()):

@@ -14,7 +14,7 @@ from toksel.data.corpus import PackedSplit
 from toksel.models.sequence import LAYOUTS, SequenceClassifier
 from toksel.params import TrainConfig
 from toksel.training.classifier import Batch, ClassifierModule, Focus, as_numpy, predicted_labels
-from toksel.training.device import module_device, require_on
+from toksel.training.device import require_on
 from toksel.training.sequence_data import padded_batch
 
 
@@ -53,7 +53,7 @@ def correct_on(module: SequenceModule, split: PackedSplit, rows: np.ndarray, max
     """Bool (len(rows),) on the CPU: whether the module predicts the label of each of some rows of a split (each cut
     to max_len, as it was trained), read where the module is, `batch_size` rows at a time in their order (the test
     loader's batches, when they are its rows and size: the same padding, the same numbers)."""
-    device = module_device(module)
+    device = module.device  # Lightning's record of where the module is
     require_on(module, device)
     verdicts = []
     with torch.inference_mode():
