@@ -33,6 +33,7 @@ from toksel.calibration.families import (
     PlantedAccuracies,
     PlantedAnswers,
     flow_answers,
+    growth_reach,
     margin_answers,
     pair_step_answers,
     row,
@@ -201,6 +202,9 @@ def calibrate(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> 
                 costly = family.source == "one_step" and datasets[dataset].data.source != "synthetic"
                 found[family.name, dataset] = row(family, dataset, None if answers is None else
                                                   answers.for_family(family), config, reason, costly)
+                if family.name == "growth" and isinstance(answers, Answers):
+                    found[family.name, dataset]["reach"] = growth_reach(found[family.name, dataset]["crossing"],
+                                                                        answers.means(family, "bound_ratio"))
                 _said(found[family.name, dataset], time.perf_counter() - start)
         # The planted answers are drawn in this process's workers, a dataset each: their draws are cheap one by one
         # but many, and the theory's fan-out is done with its own.

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import ROOT, TINY, throwaway_project
 from toksel.calibration.curves import TokenPopulation
-from toksel.calibration.families import BY_NAME, PlantedAnswers, crossing_along, row, step_answers
+from toksel.calibration.families import BY_NAME, PlantedAnswers, crossing_along, growth_reach, row, step_answers
 from toksel.calibration.operating import Precision, half_width, loop, operating_curve, power_crossing
 from toksel.calibration.theory import Recent, StepRegime, one_step_statistics
 from toksel.claims.catalogue import BY_ID, assess, measure
@@ -17,6 +17,7 @@ from toksel.claims.ledger import CHANGED, FIXED, NOT_SET
 from toksel.data.corpus import PackedSplit
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
+from toksel.report.document import crossing_text
 from toksel.runtime.config import load_config
 from toksel.summaries.changes import bearing, history
 from toksel.theory.one_step import embedding_update, projected_initialisation, update_along_outputs
@@ -98,6 +99,13 @@ def test_each_rate_is_drawn_until_its_interval_is_as_narrow_as_asked(config):
                  {"effect": 0.03, "rate": 0.6, "low": 0.5, "high": 0.7},
                  {"effect": 0.0, "rate": 1.0, "low": 0.93, "high": 1.0}]
     assert crossing_along((0.25, 0.03, 0.0), penalties) == {"effect": pytest.approx(0.015), "low": 0.0, "high": 0.03}
+    # The growth rule's reach: the bound over |p_T| at that crossing, between the rungs around it; the flow itself
+    # (penalty 0) has no bound and does not enter, and the report shows the reach beside the crossing.
+    reach = growth_reach({"effect": 0.04, "low": 0.03, "high": 0.25}, {0.25: 1.0, 0.03: 1.1, 0.003: 1.3})
+    assert reach["bound_ratio"] == pytest.approx(1.1 - 0.1 * 0.01 / 0.22)
+    assert growth_reach({"effect": None}, {0.25: 1.0})["bound_ratio"] is None
+    shown = crossing_text({"crossing": {"effect": 0.04, "low": 0.03, "high": 0.25}, "reach": reach})
+    assert shown.startswith("0.04 [0.03, 0.25]; a flow bounded beyond 1.1 times its own |p_T|")
 
 
 def test_a_family_row_reads_its_power_at_the_papers_size_and_its_false_positives_at_the_null(config):

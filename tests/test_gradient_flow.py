@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 
 from tests.test_one_step import _class_biased_split
+from toksel.calibration.families import crossing_along, growth_reach
 from toksel.data.frequency import class_signed_frequency
 from toksel.data.synthetic import SyntheticVocabulary, generate_assumption1
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
-from toksel.theory.convergence import agreement, analyse_trajectory, growth_settledness, log_growth
+from toksel.theory.convergence import agreement, analyse_trajectory, bound_ratio, growth_settledness, log_growth
 from toksel.theory.gradient_flow import Integration, halved, record_times, run_gradient_flow
 from toksel.theory.one_step import one_gradient_step_on_embeddings
 
@@ -103,6 +104,41 @@ def test_the_penalised_flow_is_bounded_and_fails_the_growth_check():
     bounded = run_gradient_flow(E1, *init, bags, Integration(1e6, 1e-3), penalty=1.0 / 1e6)
     assert log_growth(free.times, free.p_norm) > 0.5 > log_growth(bounded.times, bounded.p_norm)
     assert bounded.p_norm[-1] < free.p_norm[-1]
+
+
+def _penalised_flows(seed, penalties, horizon=1e6):
+    """(penalty lambda T, log_growth, bound ratio) of the flow on draw `seed` with each penalty lambda = penalty / T."""
+    split = generate_assumption1(VOCAB, 80, 6, np.random.default_rng(seed))
+    init = initialise(VOCAB.size, d=256, seed=seed)
+    p0, v = init.p.numpy(), init.v.numpy()
+    bags = FusedBags.from_split(split)
+    E1 = one_gradient_step_on_embeddings(init.E.numpy(), p0, v, bags, eta0=40.0)
+    found = []
+    for penalty in penalties:
+        run = run_gradient_flow(E1, p0, v, bags, Integration(horizon, 1e-3), penalty=penalty / horizon)
+        found.append((penalty, log_growth(run.times, run.p_norm),
+                      bound_ratio(E1, v, bags, penalty / horizon, run.p[-1])))
+    return found
+
+
+def test_a_bounded_flow_within_the_growth_rules_stated_reach_is_not_called_unbounded():
+    # The reach as the calibration states it: the bound over |p_T| where the rule's power along the penalised
+    # rungs reaches 0.8 (here one draw, so each rung's rate is 0 or 1).
+    ladder = (0.25, 0.1, 0.05, 0.03, 0.003)
+    measured = _penalised_flows(0, ladder)
+    curve = [{"effect": penalty, "rate": float(growth >= 0.5), "low": float(growth >= 0.5),
+              "high": float(growth >= 0.5)} for penalty, growth, _ in measured]
+    crossing = crossing_along(ladder, curve)
+    reach = growth_reach(crossing, {penalty: ratio for penalty, _, ratio in measured})["bound_ratio"]
+    assert 1.0 < reach < 1.2  # log-t growth is slow: a bound a few per cent beyond |p_T| already reads as growth
+    # Other draws, bounded by construction: those whose bound lies within the reach are not called unbounded, and
+    # one bounded far beyond it is (what the rule cannot see), so the check could have come out either way.
+    for seed in (1, 2):
+        planted = _penalised_flows(seed, (1.0, 0.25, 0.1, 0.001))
+        within = [(growth, ratio) for _, growth, ratio in planted if ratio < reach]
+        beyond = [(growth, ratio) for _, growth, ratio in planted if ratio > 1.2 * reach]
+        assert within and all(growth < 0.5 for growth, _ in within)
+        assert beyond and all(growth >= 0.5 for growth, _ in beyond)
 
 
 def test_small_passes_run_on_one_thread_and_match_the_threaded_path(monkeypatch):

@@ -17,6 +17,7 @@ where it follows flows or passes over a text corpus (`precision`).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,9 @@ from toksel.runtime.fanout import map_units
 MAX_FALSE_POSITIVES = 0.1
 SHARES = (0.0, 0.5, 0.8, 0.9, 0.94, 0.97, 0.99, 1.0)  # the one step's: its rules sit near all of the signal
 FLOW_SHARES = (0.0, 0.5, 0.75, 0.9, 1.0)  # a flow replicate costs seconds: five rungs, the null and past the edge
-PENALTIES = (0.25, 0.03, 0.003, 0.0)  # lambda T: 0.25 is Lemma 4.2's control, 0 the flow itself
+# lambda T: 0.25 is Lemma 4.2's control, 0 the flow itself; 0.1 and 0.05 place the crossing, where the rule's reach
+# (the nearest bound it still tells from growth) is read.
+PENALTIES = (0.25, 0.1, 0.05, 0.03, 0.003, 0.0)
 FIDELITIES = (0.0, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95)  # the planted model's correlation with what it learnt
 # Where the paper gives no number (a curve that rises, a U): a planted model that follows what it learnt with
 # correlation 0.8, a clear trend whose noise-corrected statistic reads about 0.8, half again the threshold 0.5.
@@ -174,14 +177,26 @@ class Answers:
         self.work, self.config, self.progress = work, config, progress
         self._drawn: dict[Unit, Sequence[dict[str, Any]]] = {}
 
-    def for_family(self, family: Family) -> DrawMany:
-        def unit(effect: float, replicate: int) -> Unit:
-            if family.source in ("one_step", "pair_step", "margins"):
-                return effect, replicate
-            return (1.0, effect, replicate) if family.name == "growth" else (effect, 0.0, replicate)
+    @staticmethod
+    def unit(family: Family, effect: float, replicate: int) -> Unit:
+        if family.source in ("one_step", "pair_step", "margins"):
+            return effect, replicate
+        return (1.0, effect, replicate) if family.name == "growth" else (effect, 0.0, replicate)
 
+    def means(self, family: Family, statistic: str) -> dict[float, float]:
+        """The mean of another statistic of the family's draws at each rung, over every seed drawn there."""
+        found = {}
+        for effect in family.ladder:
+            values = [seed.get(statistic) for unit, seeds in self._drawn.items() for seed in seeds
+                      if unit == self.unit(family, effect, unit[-1])]
+            finite = [value for value in values if value is not None and math.isfinite(value)]
+            if finite:
+                found[effect] = sum(finite) / len(finite)
+        return found
+
+    def for_family(self, family: Family) -> DrawMany:
         def draw(pairs: Sequence[tuple[float, int]]) -> list[Sequence[float | None]]:
-            units = [unit(*pair) for pair in pairs]
+            units = [self.unit(family, *pair) for pair in pairs]
             # A replicate's rungs side by side (their data are the same draw), in chunks of units, not a task each:
             # a unit of the one step on small data takes milliseconds, which a process's task would cost again.
             missing = sorted(dict.fromkeys(item for item in units if item not in self._drawn),
@@ -289,6 +304,23 @@ def crossing_along(ladder: Sequence[float], curve: Sequence[dict[str, Any]]) -> 
     negated = power_crossing([point | {"effect": -point["effect"]} for point in curve])
     back = {key: None if value is None else -value for key, value in negated.items()}
     return {"effect": back["effect"], "low": back["high"], "high": back["low"]}
+
+
+def growth_reach(crossing: dict[str, float | None], ratios: dict[float, float]) -> dict[str, Any]:
+    """The growth rule's reach: the bound over |p_T| of the penalised flow at the penalty where the rule's power
+    reaches 0.8 (linear between the two rungs around it). A flow bounded nearer than this to its end is told apart
+    (called bounded at least 4 times in 5); one bounded further out reads as growth, so a holding verdict says that
+    any bound lies beyond it. None where the crossing or the rungs' ratios are missing."""
+    effect = crossing.get("effect")
+    rungs = sorted(ratios.items())
+    listed = [{"penalty": penalty, "bound_ratio": ratio} for penalty, ratio in rungs]
+    below = [(penalty, ratio) for penalty, ratio in rungs if penalty <= (effect or 0) and penalty > 0]
+    above = [(penalty, ratio) for penalty, ratio in rungs if effect is not None and penalty >= effect]
+    if effect is None or not below or not above:
+        return {"penalty": effect, "bound_ratio": None, "rungs": listed}
+    (low, at_low), (high, at_high) = below[-1], above[0]
+    share = 0.0 if high == low else (effect - low) / (high - low)
+    return {"penalty": effect, "bound_ratio": at_low + share * (at_high - at_low), "rungs": listed}
 
 
 def row(family: Family, where: str, draw: DrawMany | None, config: Config, reason: str = "",

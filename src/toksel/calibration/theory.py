@@ -31,7 +31,7 @@ from toksel.data.token_table import TokenTable, read_token_table
 from toksel.models.fused import FusedBags
 from toksel.models.initial import initialise
 from toksel.params import GradientFlowConfig, SyntheticConfig
-from toksel.theory.convergence import log_growth
+from toksel.theory.convergence import bound_ratio, log_growth
 from toksel.theory.gradient_flow import Integration, run_gradient_flow
 from toksel.theory.max_margin import constraint_pairs, cosine, solve_max_margin
 from toksel.theory.one_step import (
@@ -134,8 +134,9 @@ def training_draw(synthetic: SyntheticConfig, draw: tuple[int, ...]) -> tuple[Pa
 def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate: int) -> list[dict[str, float]]:
     """One verdict's seeds: each a fresh draw of the data and initialisation, the one step on labels keeping
     `share` of their signal, then the flow on the true labels with the penalty `penalty` / horizon on |p|^2/2:
-    log_growth (Lemma 4.2), and without a penalty on Assumption-1 data the selection fraction at the horizon
-    (Lemma 4.4) and cos(p_T, p_mm) for the selection of the important tokens (Theorem 4.3)."""
+    log_growth (Lemma 4.2) and, with a penalty, its bound over its end (bound_ratio); without a penalty on
+    Assumption-1 data the selection fraction at the horizon (Lemma 4.4) and cos(p_T, p_mm) for the selection of the
+    important tokens (Theorem 4.3)."""
     found = []
     flow = regime.flow
     for seed in range(regime.seeds):
@@ -148,6 +149,9 @@ def flow_statistics(regime: FlowRegime, share: float, penalty: float, replicate:
         trajectory = run_gradient_flow(E1, p0, v, FusedBags.from_split(train),
                                        Integration(flow.horizon, flow.tolerance), penalty=penalty / flow.horizon)
         statistics = {"log_growth": log_growth(trajectory.times, trajectory.p_norm)}
+        if penalty:  # how far beyond the end the penalised flow's bound lies: the growth rule's reach
+            statistics["bound_ratio"] = bound_ratio(E1, v, FusedBags.from_split(train), penalty / flow.horizon,
+                                                    trajectory.p[-1])
         if penalty == 0 and flow.max_margin:
             p_final = trajectory.p[-1]
             chosen = selected_entries(E1 @ p_final / np.linalg.norm(p_final), train, flow.selection_tol)

@@ -309,7 +309,8 @@ CLAIMS: tuple[Claim, ...] = (
           "evaluate.max_slope_rel_error", NULL_STEP, producer="evaluate", family="one_step_size", kind="size",
           bug=LEMMA41_BUG, settings=("one_step.eta0", *SIZE_SETTINGS)),
     # Lemma 4.2 is about t -> infinity; a flow to T shows only that |p_t| still grows as log t at its end, which a
-    # flow bounded beyond |p_T| shows too (the calibration's penalised rungs say how far that reach goes).
+    # flow bounded beyond |p_T| shows too: the calibration's penalised rungs give the rule's reach, the nearest
+    # bound over |p_T| it still tells from growth, and the report shows it beside the crossing.
     Claim("lemma42_growth", "Lemma 4.2", "|p_t| keeps growing as log t to the end of the flow (what a flow to a "
           "finite horizon shows of |p_t| -> infinity)", "every",
           "|p_t| -> infinity", Statistic(("flow",), "log_growth"),

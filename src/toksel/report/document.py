@@ -198,7 +198,9 @@ def crossing_text(row: Mapping[str, Any]) -> str:
         return "not reached" if "curve" in row else "-"
     bracket = [crossing.get("low"), crossing.get("high")]
     shown = ", ".join("?" if end is None else f"{end:g}" for end in bracket)
-    return f"{crossing['effect']:.3g} [{shown}]"
+    reach = (row.get("reach") or {}).get("bound_ratio")
+    bound = "" if reach is None else f"; a flow bounded beyond {reach:.3g} times its own |p_T| reads as growth"
+    return f"{crossing['effect']:.3g} [{shown}]{bound}"
 
 
 def _at(row: Mapping[str, Any], key: str, effect: str) -> str:

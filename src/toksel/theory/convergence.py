@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import scipy.optimize
 
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
 from toksel.models.fused import FusedBags
 from toksel.runtime.errors import ToksError
+from toksel.theory.flow_field import FlowField
 from toksel.theory.gradient_flow import (
     RECORDS_PER_DOUBLING,
     Integration,
@@ -63,6 +65,19 @@ def log_growth(times: np.ndarray, p_norm: np.ndarray) -> float:
     late = (end - half) / math.log(2)
     average = (end - float(norms[start])) / math.log(recorded[-1] / recorded[start])
     return late / average if average > 0 else float("nan")
+
+
+def bound_ratio(E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty: float, p_end: np.ndarray) -> float:
+    """How far beyond its end a penalised flow's bound lies: |p*| / |p_T|, p* the minimiser of L + penalty/2 |p|^2
+    that the flow runs to, found by L-BFGS from its end p_T (the flow is already in its basin). A bounded flow whose
+    ratio is near 1 has settled; one whose bound lies far beyond |p_T| looks, up to T, like unbounded growth. NaN
+    when the minimiser is not found."""
+    field = FlowField(E, v, bags, penalty)
+    found = scipy.optimize.minimize(field, p_end.astype(np.float64), jac=True, method="L-BFGS-B",
+                                    options={"maxiter": 10_000, "gtol": 1e-10, "ftol": 0.0})
+    if not found.success:
+        return float("nan")
+    return float(np.linalg.norm(found.x) / np.linalg.norm(p_end))
 
 
 SETTLED_TOLERANCE = 0.1  # the two doublings' readings of log_growth agree within this (see `growth_settledness`)
