@@ -30,7 +30,7 @@ from toksel.claims.ledger import (
     key_comments,
     per_claim_status,
 )
-from toksel.claims.pilots import PILOTS, Pilot
+from toksel.claims.pilots import PILOTS, Coded, Pilot
 
 RANK = "report.min_rank_agreement"
 RANKED = sorted(claim.id for claim in CLAIMS if claim.threshold == RANK)  # the claims judged on it
@@ -209,6 +209,24 @@ def test_every_pilot_names_a_rule_component(repo):
             assert named and all(record["status"] == CHANGED and pilot.seen in record["pilot"] for record in named), key
 
 
+def test_a_value_held_in_code_fills_an_unset_field_from_its_commit_on(repo):
+    """Before the claims had a field for a component, code held its value: from the commit that put it there, the
+    ledger reads that value wherever the field is unset, and a field set later is a change from it."""
+    catalogue = repo / "src" / "toksel" / "claims" / "catalogue.py"
+    current = catalogue.read_text()
+    catalogue.write_text(current.replace('CONVERGED = "tuned lr, trained to convergence"', 'CONVERGED = ""'))
+    first = commit(repo, "claims, the protocol in code")
+    set_param(repo, RANK, 0.6)
+    second = commit(repo, "another commit")
+    catalogue.write_text(current)
+    third = commit(repo, "the protocol as a field")
+    coded = (Coded("protocol", ("accuracy_gap",), second, "matched", "compare.py"),)
+    protocol = records_of(build_ledger(repo, pilots=(), coded=coded), "protocol")
+    assert [(run["value"], run["from"]) for run in protocol["accuracy_gap"]["history"]] == [
+        ("", first), ("matched (in code: compare.py)", second), ("tuned lr, trained to convergence", third)]
+    assert protocol["accuracy_gap_size"]["previous"] == ""  # a claim the entry does not name keeps its field
+
+
 def test_a_components_history_lists_every_value_it_took(repo):
     commit(repo, "claims and thresholds")
     set_param(repo, RANK, 0.6)
@@ -272,6 +290,12 @@ def test_this_projects_history_shows_the_rules_changed_after_its_first_results()
     assert statistic["status"] == CHANGED and statistic["previous"]["metric"] == "spearman_v_alpha"
     horizon = records_of(ledger, "margins.horizon")["margin_converged"]  # set after a pilot's cosines
     assert horizon["status"] == CHANGED and "0.990 at 1e14" in horizon["pilot"]
+    # The training claims' protocol lived in code before it was a field: tuned, then matched, then tuned again.
+    protocol = records_of(ledger, "protocol")["accuracy_gap"]
+    assert [run["from"][:7] for run in protocol["history"][1:]] == ["3b140b8", "7abfcc1", "b77728b"]
+    assert [run["value"].split(" (")[0] for run in protocol["history"][1:]] == [
+        "tuned lr", "matched lr", "tuned lr, trained to convergence"]
+    assert protocol["previous"].startswith("matched lr") and protocol["status"] == CHANGED
 
 
 @pytest.mark.skipif(bool(_real_history_missing()), reason=_real_history_missing() or "the history is there")

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from toksel.claims.catalogue import CLAIMS, Claim
-from toksel.claims.pilots import PILOTS, Pilot
+from toksel.claims.pilots import CODED, PILOTS, Coded, Pilot
 
 # The fields that word a claim or name where it is measured; every other field of Claim is part of its rule.
 WORDING = frozenset({"id", "source", "statement", "paper", "measures", "control", "bug", "producer", "family",
@@ -91,7 +91,7 @@ class Snapshot:
 
 
 def build_ledger(root: Path | str = ".", claims: Sequence[Claim] = CLAIMS,
-                 pilots: Sequence[Pilot] = PILOTS) -> Ledger:
+                 pilots: Sequence[Pilot] = PILOTS, coded: Sequence[Coded] = CODED) -> Ledger:
     """The ledger of `claims` (the current catalogue) from the git history of the project at `root`, with the
     components `pilots` set after numbers results/ does not hold."""
     root = Path(root).resolve()
@@ -101,7 +101,7 @@ def build_ledger(root: Path | str = ".", claims: Sequence[Claim] = CLAIMS,
     warnings: list[str] = []
     snapshots = _snapshots(root, warnings)
     comments = key_comments(_read_text(root / PARAMS))
-    records = [record for claim in claims for record in _claim_records(claim, snapshots, comments)]
+    records = [record for claim in claims for record in _claim_records(claim, snapshots, comments, coded)]
     _mark_results(root, records)
     _mark_pilots(records, {claim.id: claim.threshold for claim in claims}, pilots)
     return Ledger(_head_line(root, snapshots), records, warnings)
@@ -419,19 +419,35 @@ def effective(params: Any, key: str) -> Any:
 Reader = Callable[[Snapshot], Any]
 
 
-def _components(claim: Claim, snapshots: Sequence[Snapshot],
-                comments: Mapping[str, str]) -> list[tuple[str, Reader, str]]:
+def _components(claim: Claim, snapshots: Sequence[Snapshot], comments: Mapping[str, str],
+                coded: Sequence[Coded] = ()) -> list[tuple[str, Reader, str]]:
     """The claim's rule components: each with how to read its value at a snapshot, and why it is what it is now
-    (params.yaml's comment on a key; the claim's `measures` for its statistic)."""
+    (params.yaml's comment on a key; the claim's `measures` for its statistic). A field left unset where `coded`
+    says code held its value reads that value, from the commit that set it in code."""
+    def position(commit: str) -> int:  # a commit's place in the history by its short hash; past the end if absent
+        return next((at for at, snapshot in enumerate(snapshots) if snapshot.short and commit
+                     and (snapshot.short.startswith(commit) or commit.startswith(snapshot.short))), len(snapshots))
+
+    order = {snapshot.short: at for at, snapshot in enumerate(snapshots)}
+
     def fields_at(snapshot: Snapshot) -> dict[str, Any] | str:
         if snapshot.claims == UNREADABLE:
             return UNREADABLE
         return (snapshot.claims or {}).get(claim.id, ABSENT)
 
+    def in_code(name: str, snapshot: Snapshot) -> str | None:
+        at = order.get(snapshot.short, len(snapshots))
+        held = [item for item in coded if item.component == name and claim.id in item.claims
+                and position(item.since) <= at]
+        return f"{held[-1].value} (in code: {held[-1].where})" if held else None
+
     def field_reader(spec: dataclasses.Field) -> Reader:
         def read(snapshot: Snapshot) -> Any:
             fields = fields_at(snapshot)
-            return fields if isinstance(fields, str) else fields.get(spec.name, _default(spec))
+            if isinstance(fields, str):
+                return fields
+            value = fields.get(spec.name, _default(spec))
+            return in_code(spec.name, snapshot) or value if value == _default(spec) else value
         return read
 
     def threshold_value(snapshot: Snapshot) -> Any:
@@ -453,11 +469,12 @@ def _components(claim: Claim, snapshots: Sequence[Snapshot],
     return components
 
 
-def _claim_records(claim: Claim, snapshots: Sequence[Snapshot], comments: Mapping[str, str]) -> list[dict[str, Any]]:
+def _claim_records(claim: Claim, snapshots: Sequence[Snapshot], comments: Mapping[str, str],
+                   coded: Sequence[Coded] = ()) -> list[dict[str, Any]]:
     """One record per component; results_before and status come after (_mark_results), "_parent" says where."""
     records = []
     catalogue = {spec.name for spec in rule_fields(claim)}
-    for component, read, reason in _components(claim, snapshots, comments):
+    for component, read, reason in _components(claim, snapshots, comments, coded):
         values = [read(snapshot) for snapshot in snapshots] or [ABSENT]
         start = _run_start(values)
         set_in = snapshots[start] if snapshots else Snapshot("", "", "", "", None, None)

@@ -1,4 +1,6 @@
-"""The values set after numbers were seen that results/ does not hold: a pilot run, a benchmark log, a note.
+"""What the ledger cannot read from results/ or the claims' fields: the values set after numbers were seen that
+results/ does not hold (a pilot run, a benchmark log, a note), and a rule's values that lived in code before the
+claims had a field for them (`Coded`).
 
 The ledger (ledger.py) finds a rule changed after the data when a tracked file under results/ named its claim
 before the commit that set it. A pilot leaves no such trace, so each is written down here with what was seen and
@@ -37,4 +39,26 @@ PILOTS: tuple[Pilot, ...] = (
           "and 0.990 at 1e14, hence the horizon 1e16", f"{NOTES} (which margin an optimiser picks); params.yaml"),
     Pilot(("margins.potentials",), "the pilot's l_2 direction at cosine 0.94 with the l_1.5 one, 0.97 with the l_3 "
           "one and 0.93 with the l_4 one on seed 0, hence [1.5, 4]", f"{NOTES} (which margin an optimiser picks)"),
+)
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A rule component's value held in code before the claims had a field for it: from the commit `since` (a
+    short hash; the oldest first), the claims `claims` were judged under `value` wherever their field was unset."""
+
+    component: str  # the claim field, e.g. protocol
+    claims: tuple[str, ...]
+    since: str
+    value: str
+    where: str  # the code that held it
+
+
+COMPARED = ("accuracy_gap", "accuracy_gap_size", "spread_ratio_v", "spread_ratio_v_size", "spread_ratio_p",
+            "spread_ratio_p_size", "v_increasing", "p_u_shape", "multiclass_v_increasing")
+CODED: tuple[Coded, ...] = (
+    Coded("protocol", COMPARED, "3b140b8", "tuned lr (each arm's kept fit)",
+          "pipelines/compare.py read dataset_runs(arms=True)"),
+    Coded("protocol", COMPARED, "7abfcc1", "matched lr (every arm at train.lr)",
+          "toksel/measurements.py read grid_runs(MATCHED)"),
 )
