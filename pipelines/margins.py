@@ -70,7 +70,8 @@ def seed_margins(config: Config, seed: int) -> dict[str, float]:
     halved = {"halved_angle_max": max(end.halved_angle for end in flows.values()),
               "halved_norm_gap_max": max(end.halved_norm_gap for end in flows.values())}
     faithful = halved["halved_angle_max"] <= agreement and halved["halved_norm_gap_max"] <= agreement
-    return (margin_metrics(ends, {flow_name(q): q for q in flows}, solutions) | halved
+    paths = {flow_name(q): end.path for q, end in flows.items()}
+    return (margin_metrics(ends, {flow_name(q): q for q in flows}, solutions, paths) | halved
             | {"flows_faithful": float(faithful), "constraints": float(len(pairs)), "followed": 1.0}
             | {f"steps_{flow_name(q)}": float(end.steps) for q, end in flows.items()})
 

@@ -12,9 +12,13 @@ from tests.test_mirror_flow import _problem
 from toksel.calibration.margins import MarginRegime, margin_statistics
 from toksel.params import SyntheticConfig
 from toksel.theory.flow_field import FlowField
+from toksel.theory.gradient_flow import record_times
 from toksel.theory.margins import (
     L2,
+    Path,
     adam,
+    convergence_metrics,
+    cosine_limit,
     flow_name,
     hard_margin_directions,
     margin_metrics,
@@ -129,3 +133,27 @@ def test_unselected_share_counts_the_pairs_p_does_not_rank_apart():
     assert unselected_share(E, np.array([-1.0, -2.0]), pairs) == 0.0
     assert unselected_share(E, np.array([1.0, 0.0]), pairs) == 0.5  # token 2 outranks it
     assert unselected_share(E, np.array([0.0, 1.0]), pairs) == 1.0  # a tie (with token 2) is no selection
+
+
+def test_the_cosines_trend_tells_a_flow_converging_slowly_from_one_heading_elsewhere():
+    """Directions planted along the records of a flow to 1e16: one closing in on s like 1 / log t (still at cos
+    0.99 at the horizon) reads a limit of about 1, above the threshold 0.99; one heading to s2 (cos 0.93 with s) reads
+    about 0.93 though it too is still rising; a path that turns late is not settled."""
+    times = record_times(1e16)[1:]
+    s, across = np.eye(3)[0], np.eye(3)[1]
+    s2 = 0.93 * s + math.sqrt(1 - 0.93**2) * across
+
+    def path(target):  # off target by an angle sqrt(0.8 / log t), towards a third axis: 1 - cos about 0.4 / log t
+        angle = np.sqrt(0.8 / np.log(times))[:, None]
+        return Path.of(times, np.cos(angle) * target + np.sin(angle) * np.eye(3)[2])
+
+    assert cosine(path(s).directions[-1], s) < 0.99  # the end itself: short of the threshold, as slow flows are
+    assert cosine_limit(path(s), s) == pytest.approx(1.0, abs=2e-3)
+    assert cosine_limit(path(s2), s) == pytest.approx(0.93, abs=5e-3)
+    assert cosine_limit(path(s2), s2) > 0.99
+    assert cosine_limit(path(s), s, 0) == pytest.approx(cosine_limit(path(s), s, 1), abs=0.01)
+    late_turn = Path.of(times, np.where((times < 1e13)[:, None], s2, s) + 0.01 * np.eye(3)[2])
+    assert abs(cosine_limit(late_turn, s, 0) - cosine_limit(late_turn, s, 1)) > 0.01
+    metrics = convergence_metrics({"gradient": path(s), "mirror_l1.5": late_turn}, {"gradient": 2.0,
+                                  "mirror_l1.5": 1.5}, {2.0: s, 1.5: s})
+    assert metrics["own_cosine_limit_settled"] == 0.0 and metrics["own_cosine_limit_moved"] > 0.01

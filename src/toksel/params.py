@@ -278,7 +278,8 @@ class MarginsConfig:
         description="an optimiser picks its own norm's margin when its cosine to that solution exceeds its cosine "
                     "to any other norm's by more than this")
     min_cosine: float = Field(gt=0.0, le=1.0,
-        description="an optimiser has converged when its cosine to its own norm's solution is at least this")
+        description="an optimiser converges in direction when the limit its cosine with its own norm's solution "
+                    "heads to (the trend over its flow, carried to t -> infinity) is at least this")
 
 
 @dataclass

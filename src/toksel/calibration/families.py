@@ -150,7 +150,7 @@ FAMILIES: tuple[Family, ...] = (
     # as converged; an optimiser blind to the geometry (0) must not.
     Family("margin_preference", "margin_own_norm", "own_preference", MARGIN_ANSWERS, "margins", MARGIN_SHARES,
            "share of the way from gradient flow's end to the mirror flow's", 1.0, 0.0, paper=False),
-    Family("margin_convergence", "margin_converged", "own_cosine", MARGIN_ANSWERS, "margins", MARGIN_SHARES,
+    Family("margin_convergence", "margin_converged", "own_cosine_limit", MARGIN_ANSWERS, "margins", MARGIN_SHARES,
            "share of the way from gradient flow's end to the mirror flow's", 1.0, 0.0, paper=False),
 )
 BY_NAME = {family.name: family for family in FAMILIES}

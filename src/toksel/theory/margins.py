@@ -60,6 +60,44 @@ class FlowEnd:
     steps: int
     halved_angle: float | None  # radians between its end and its halved-step twin's; None: no twin run
     halved_norm_gap: float | None  # |p| of the two ends, relative
+    path: Path | None = None  # the flow's direction at each record: how it approaches its limit
+
+
+@dataclass(frozen=True)
+class Path:
+    """A flow's direction p_t / |p_t| at its record times (t > 0)."""
+
+    times: np.ndarray  # (k,)
+    directions: np.ndarray  # (k, d), unit rows
+
+    @classmethod
+    def of(cls, times: np.ndarray, p: np.ndarray) -> Path:
+        moving = times > 0
+        return cls(times[moving], p[moving] / np.linalg.norm(p[moving], axis=1, keepdims=True))
+
+    def mixed(self, other: Path, share: float) -> Path:
+        """The normalised mix (1 - share) self + share other, record by record (the same record times)."""
+        mix = (1 - share) * self.directions + share * other.directions
+        return Path(self.times, mix / np.linalg.norm(mix, axis=1, keepdims=True))
+
+
+def cosine_limit(path: Path, solution: np.ndarray, half: int | None = None) -> float:
+    """Where the flow's cosine with `solution` is heading: the least-squares fit of its gap, 1 - cos(p_t, solution)
+    = a + b / log t, over the flow's records (t in [T / 2^20, T]; half 0 or 1: the first or second half of them in
+    log t), read at t -> infinity: 1 - a. A flow converging in direction to `solution` closes its gap like
+    1 / log t or faster (the implicit-bias rate) and reads about 1 (a little above where the gap closes faster);
+    one heading to another direction reads about the cosine between the two. NaN with fewer than 3 records."""
+    logs = np.log(path.times[path.times > 1])
+    directions = path.directions[path.times > 1]
+    if half is not None:
+        middle = (logs[0] + logs[-1]) / 2
+        keep = logs <= middle if half == 0 else logs >= middle
+        logs, directions = logs[keep], directions[keep]
+    if len(logs) < 3:
+        return float("nan")
+    gap = 1 - directions @ (solution / np.linalg.norm(solution))
+    _, intercept = np.polyfit(1 / logs, gap, 1)
+    return float(1 - intercept)
 
 
 def flow_end(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, potential: float, horizon: float,
@@ -69,13 +107,13 @@ def flow_end(E: np.ndarray, p0: np.ndarray, v: np.ndarray, bags: FusedBags, pote
         run = run_gradient_flow(E, p0, v, bags, Integration(horizon, tolerance, potential=potential))
     except StepCapReached as error:
         raise NotFollowed(f"the {flow_name(potential)} flow: {error}") from None
-    end = run.p[-1]
+    end, path = run.p[-1], Path.of(run.times, run.p)
     if not twin:
-        return FlowEnd(potential, end, run.steps, None, None)
+        return FlowEnd(potential, end, run.steps, None, None, path)
     other = halved(E, p0, v, bags, run).p[-1]
     angle = math.acos(min(1.0, max(-1.0, cosine(end, other))))
     gap = abs(np.linalg.norm(end) - np.linalg.norm(other)) / np.linalg.norm(end)
-    return FlowEnd(potential, end, run.steps, angle, float(gap))
+    return FlowEnd(potential, end, run.steps, angle, float(gap), path)
 
 
 def sign_descent(field: FlowField, p0: np.ndarray, steps: int, lr: float) -> np.ndarray:
@@ -106,17 +144,44 @@ def preference(cosines: dict[tuple[str, float], float], owners: dict[str, float]
                for name, own in owners.items())
 
 
+SETTLED_LIMIT = 0.01  # the cosine's limit read on each half of the records agrees within this
+
+
+def convergence_metrics(paths: dict[str, Path], owners: dict[str, float],
+                        solutions: dict[float, np.ndarray]) -> dict[str, float]:
+    """What margin_converged reads of the flows' paths: `own_cosine_limit`, the smallest, over the flows, limit
+    of the cosine with their own norm's solution that the trend over the flow's records heads to (cosine_limit);
+    settled when each flow's limit read on the first and on the second half of its records agree within
+    SETTLED_LIMIT, the threshold's distance (0.99) from 1: a reading that moves by more than the room the threshold
+    leaves while the flow runs on is a transient, and the horizon too short for it. Its control: the largest limit
+    of a flow's cosine with another norm's solution (the cosine between the two solutions, for a flow that
+    converges)."""
+    judged = list(owners.values())
+    limit = {(name, q): cosine_limit(paths[name], solutions[q]) for name in owners for q in judged}
+    halves = {(name, q): (cosine_limit(paths[name], solutions[q], 0), cosine_limit(paths[name], solutions[q], 1))
+              for name, q in owners.items()}
+    return {"own_cosine_limit": min(limit[name, own] for name, own in owners.items()),
+            "own_cosine_limit_moved": max(abs(late - early) for early, late in halves.values()),
+            "own_cosine_limit_settled": float(all(abs(late - early) <= SETTLED_LIMIT
+                                                  for early, late in halves.values())),
+            "control_own_cosine_limit": max(limit[name, other] for name, own in owners.items() for other in judged
+                                            if other != own)}
+
+
 def margin_metrics(ends: dict[str, np.ndarray], owners: dict[str, float],
-                   solutions: dict[float, np.ndarray]) -> dict[str, float]:
+                   solutions: dict[float, np.ndarray], paths: dict[str, Path] | None = None) -> dict[str, float]:
     """One seed's cosines of every optimiser's end with every solution, and what the claims read of them:
-    `own_preference` (preference above), `own_cosine` (the smallest cosine of a flow with its own norm's solution);
-    their controls read the gradient flow's end in every optimiser's place (an optimiser blind to the geometry)
-    and the largest cosine of a flow with another norm's solution; `solutions_cosine`, the largest cosine between
-    the l_2 solution and another norm's (how far apart the norms' answers are)."""
+    `own_preference` (preference above), `own_cosine` (the smallest cosine of a flow with its own norm's solution,
+    shown); their controls read the gradient flow's end in every optimiser's place (an optimiser blind to the
+    geometry) and the largest cosine of a flow with another norm's solution; `solutions_cosine`, the largest cosine
+    between the l_2 solution and another norm's (how far apart the norms' answers are); with the flows' paths, how
+    each approaches its solution (convergence_metrics)."""
     cosines = {(name, q): cosine(end, solution) for name, end in ends.items() for q, solution in solutions.items()}
     judged = list(owners.values())
     blind = {(name, q): cosines[flow_name(L2), q] for name in owners for q in judged}
     metrics = {f"cos_{name}_{norm_name(q)}": value for (name, q), value in cosines.items()}
+    if paths is not None:
+        metrics |= convergence_metrics(paths, owners, solutions)
     return metrics | {
         "own_preference": preference(cosines, owners),
         "control_own_preference": preference(blind, owners),
