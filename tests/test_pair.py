@@ -99,6 +99,9 @@ def test_the_pair_alignment_is_in_units_of_the_weakest_tenth_of_the_first_order_
     along[12], along[11] = -50.0 * unit, 25.0 * unit  # good moved as far as the weakest tenth, not half as far
     found = pair_alignment(along, alpha, pair_tokens, first_order, 50.0)
     assert found["pair_alignment"] == pytest.approx(1.0) and found["negator_alignment"] == pytest.approx(0.5)
+    assert found["pair_polarity"] == pytest.approx(-0.5)  # good at -1, bad at 0: signed, halved
+    along[12], along[13] = 40.0 * unit, -40.0 * unit  # opposite, as first-order tokens of opposite signs
+    assert pair_alignment(along, alpha, pair_tokens, first_order, 50.0)["pair_polarity"] == pytest.approx(0.8)
 
 
 SYNTHETIC = SyntheticConfig(mode="pair", n_positive=10, n_negative=10, n_irrelevant=80, seq_len=12, n_train=600,
@@ -111,8 +114,10 @@ def test_the_known_answers_plant_the_alignment_they_name():
     regime = PairRegime(SYNTHETIC, 1024, 100.0, 5, salt=11)
     assert planted_quadruples(0.0015, 1.0, 600, 12) == 5  # each quadruple moves alpha_good by 2 / (n T)
     for planted in (0.0, 0.5, 1.0, 2.0):
-        read = np.mean([seed["pair_alignment"] for seed in pair_step_statistics(regime, planted, 0)])
+        drawn = pair_step_statistics(regime, planted, 0)
+        read = np.mean([seed["pair_alignment"] for seed in drawn])
         assert abs(read - planted) < 0.25, (planted, read)
+        assert abs(np.mean([seed["pair_polarity"] for seed in drawn]) - planted) < 0.25  # the claim's own reading
 
 
 def test_planted_accuracies_are_counts_over_the_test_pair_sequences():
@@ -146,6 +151,7 @@ def test_the_pair_stages_judge_the_three_claims_on_tiny_data(project):
         control = json.loads(
             (project / f"results/one_step/synthetic_pair_first_order/seed{seed}/metrics.json").read_text())
         assert step["pair_alignment"] < 0.5 < control["pair_alignment"]
+        assert abs(step["pair_polarity"]) < 0.5 < control["pair_polarity"]
     assert pair_report.main(TINY_PAIR) == 0
     measured = {item["claim"]: item for item in json.loads((project / "results/pair_report/claims.json").read_text())}
     assert set(measured) == {"pair_step_blind", "pair_one_layer_capped", "pair_mlp_past_cap"}

@@ -110,6 +110,25 @@ def test_a_size_is_judged_against_a_band_around_the_papers_number():
     assert judge_within(seed_interval([0.9]), 0.115, 0.46) == "inconclusive"  # one value: no interval
 
 
+def test_an_equivalence_to_zero_holds_on_a_signed_statistic_near_0_and_fails_far_from_it():
+    """pair_step_blind: good's and bad's opposite alignment within +-pair.max_alignment (0.5), its 90 % interval
+    inside; the referee's signed values over five seeds hold, a polarity as strong as the weakest tenth of the
+    first-order tokens fails, and a reading too spread to tell is inconclusive."""
+    config = load_config([], ROOT / "params.yaml")
+    claim = BY_ID["pair_step_blind"]
+
+    def judged(values):
+        runs = {seed: {"step": {"pair_polarity": value}, "step_control": {"pair_polarity": 1.0}}
+                for seed, value in enumerate(values)}
+        return assess(claim, measure(claim, "synthetic_pair", runs), config)
+
+    near = judged([-0.023, 0.140, 0.029, 0.114, 0.053])
+    assert near.band == (-0.5, 0.5) and near.verdict == "holds" and near.p.holds < 0.05
+    assert judged([0.9, 1.1, 1.0, 0.95, 1.05]).verdict == "fails"
+    assert judged([-0.6, 0.7, 0.1, -0.5, 0.6]).verdict == "inconclusive"
+    assert near.threshold_text == "within [-0.5, 0.5]"
+
+
 def test_an_a_a_control_reads_the_next_seeds_run():
     claim = BY_ID["spread_ratio_v"]
     runs = {seed: {"trained": {"bin_spread_v": spread}, "one_step": {"bin_spread_v": 0.4}}
@@ -148,7 +167,7 @@ def test_every_claim_names_a_threshold_the_config_holds_a_scope_a_control_and_it
     assert len({claim.id for claim in CLAIMS}) == len(CLAIMS)
     for claim in CLAIMS:
         assert math.isfinite(config_value(config, claim.threshold)), claim.id
-        assert claim.scope in SCOPES and claim.comparison in (">=", "<=", "within") and claim.control, claim.id
+        assert claim.scope in SCOPES and claim.comparison in (">=", "<=", "within", "within_margin") and claim.control, claim.id
         assert claim.producer in ("evaluate", "compare", "ablation_report", "phase_diagram", "pair_report",
                                   "margins"), claim.id
         assert claim.kind in ("presence", "size", "description", "consistency"), claim.id
@@ -158,6 +177,8 @@ def test_every_claim_names_a_threshold_the_config_holds_a_scope_a_control_and_it
             assert claim.family and claim.bug, claim.id  # calibrated, and its control shown able to pass
         if claim.comparison == "within":
             assert claim.kind == "size" and claim.paper_value, claim.id
+        if claim.comparison == "within_margin":  # an equivalence to 0: a size check on a signed statistic
+            assert claim.kind == "size", claim.id
 
 
 def _named(dotted: str):

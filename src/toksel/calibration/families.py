@@ -139,7 +139,7 @@ FAMILIES: tuple[Family, ...] = (
            PAPER_GAP / 2),
     # Ours, on the pair dataset: its own case (0), and a pair as strong as the weakest tenth of the first-order
     # tokens (1), which the check must not call blind.
-    Family("pair_alignment", "pair_step_blind", "pair_alignment", PAIR_STEP, "pair_step", PAIR_ALIGNMENTS,
+    Family("pair_alignment", "pair_step_blind", "pair_polarity", PAIR_STEP, "pair_step", PAIR_ALIGNMENTS,
            "planted alignment of good and bad (the statistic's unit)", 0.0, 1.0, paper=False),
     # The one-layer model at its cap (3/4) must read as capped; a model that reads the pair (1) must not.
     Family("pair_cap", "pair_one_layer_capped", "pair_accuracy", PAIR_PLANTED, "pair_accuracy",
@@ -349,6 +349,8 @@ def row(family: Family, where: str, draw: DrawMany | None, config: Config, reaso
 
 def _rule(claim: Claim, config: Config) -> str:
     threshold = config_value(config, claim.threshold)
+    if claim.comparison == "within_margin":
+        return f"within [{-threshold:g}, {threshold:g}] (its 90 % interval: an equivalence test)"
     if claim.comparison == "within":
         return f"within [{claim.paper_value / threshold:.3g}, {claim.paper_value * threshold:.3g}]"
     return f"{'at or above' if claim.comparison == '>=' else 'at or below'} {threshold:g}"

@@ -89,10 +89,13 @@ def pair_alignment(along_v: np.ndarray, alpha: np.ndarray, pair: np.ndarray, fir
                    slope_theory: float) -> dict[str, float]:
     """How far one step moved the pair's tokens (`pair`: not, good, bad) along v, in units of what Lemma 4.1 gives
     the weakest tenth of the first-order tokens (slope_theory times their tenth percentile of |alpha_s|): their
-    largest |update| (pair_alignment) and the negator's signed one (negator_alignment)."""
+    largest |update| (pair_alignment), the negator's signed one (negator_alignment) and good's and bad's opposite
+    alignment, (update_good - update_bad) / 2 (pair_polarity: signed, about 0 where the pair carries no first-order
+    signal, about the planted alignment where good and bad carry alpha_s of opposite signs)."""
     unit = slope_theory * float(np.quantile(np.abs(alpha[first_order]), 0.1))
     relative = along_v[pair] / unit
-    return {"pair_alignment": float(np.abs(relative).max()), "negator_alignment": float(relative[0])}
+    return {"pair_alignment": float(np.abs(relative).max()), "negator_alignment": float(relative[0]),
+            "pair_polarity": float((relative[1] - relative[2]) / 2)}
 
 
 def theory_slope(eta0: float, num_classes: int) -> float:
