@@ -4,6 +4,7 @@ parent, an interrupted fit resumes where it stopped; and the token curves it rep
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 
@@ -16,7 +17,7 @@ from mlflow import MlflowClient
 
 from pipelines import compare, d_sweep, gradient_flow, train
 from tests.helpers import ALL_ARMS, OPTIMISER, TINY, TINY_TRAIN, published_runs, seed_folder
-from toksel.claims.measurements import EQUAL, MATCHED, grid_runs
+from toksel.claims.measurements import EQUAL, MATCHED, SCREENED, grid_runs
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import TokenTable, read_token_table
@@ -26,8 +27,8 @@ from toksel.runtime.records import RunRecord
 from toksel.theory.token_curves import CurveSettings, binned_curve, binned_curves
 from toksel.training.classifier import BagClassifier
 from toksel.training.data import PackedDataModule, batch_of_rows
-from toksel.training.fit import FitPlan, fit, resumable_checkpoint
-from toksel.training.protocol import epoch_frame
+from toksel.training.fit import FitPlan, TrainingDiverged, fit, resumable_checkpoint
+from toksel.training.protocol import candidates, converged_choice, epoch_frame
 from toksel.training.record import Fitted, TokenReading, epoch_spreads
 
 TRAIN = TINY_TRAIN
@@ -125,24 +126,53 @@ def test_an_interrupted_fit_resumes_from_its_last_checkpoint_to_the_uninterrupte
     assert fresh.resumed_from_epoch is None and not (folder / "key").exists()
 
 
-def test_each_arm_screens_its_rates_then_trains_the_best_and_the_matched_rate_under_the_stopping_rule(prepared):
+def test_each_arm_screens_its_rates_then_keeps_the_lowest_converged_loss_of_the_screens_best_two(prepared):
     grid = ["train.lr_grid=[0.0001,0.02,0.5]", "train.lr=0.0001", "train.screen_epochs=2", "train.lr_extensions=0"]
     assert train.main([*TINY, *TRAIN, *grid]) == 0
     out = seed_folder(prepared, "train", "synthetic/trained")
     rows = pd.read_csv(out / "grid.csv").set_index("lr")
     assert rows.index.tolist() == [0.0001, 0.02, 0.5] and rows["screen_val_loss"].notna().all()
-    kept = json.loads((out / "metrics.json").read_text())["lr"]
-    assert kept == rows["screen_val_loss"].idxmin() != 0.0001  # the screen's best: not the slow rate
+    metrics = json.loads((out / "metrics.json").read_text())
+    best_two = rows["screen_val_loss"].nsmallest(2).index.tolist()
+    assert best_two == [0.02, 0.0001] and metrics["lr_screened"] == 0.02  # 0.5 overshoots in its screen
+    # Both trained to convergence (0.0001's row shows its matched-lr fit, the budget that protocol reads); the
+    # lower converged validation loss is kept, here the screen's own choice.
+    assert metrics["lr"] == 0.02 and metrics["lr_moved"] == 0.0
     full = rows["test_accuracy"].notna()
-    assert sorted(rows.index[full]) == sorted({kept, 0.0001})  # the kept rate and the matched-lr one, in full
-    assert rows.loc[kept, "epochs"] == 6  # the full budget (TINY_TRAIN: 6 epochs, patience 6), not the screen's 2
+    assert sorted(rows.index[full]) == [0.0001, 0.02]  # the candidates, the matched-lr rate among them, in full
+    assert rows.loc[0.02, "epochs"] == 6  # the full budget (TINY_TRAIN: 6 epochs, patience 6), not the screen's 2
+    assert rows.loc[0.0001, "epochs"] == 20  # train.matched_max_epochs
+    assert (rows.loc[[0.02, 0.0001], "converged_epochs"] == 6).all() and math.isnan(rows.loc[0.5, "converged_epochs"])
+    screened = grid_runs("synthetic", load_config([*TINY, *TRAIN, *grid]), SCREENED)[0]["trained"]
+    assert screened["test_accuracy"] == rows.loc[0.02, "converged_test_accuracy"]  # the screen's choice, converged
     phases = sorted(run.data.tags["phase"] for run in published_runs(prepared, "tags.stage = 'train'")
                     if "phase" in run.data.tags)  # the fits, not the stage or its arm
-    assert phases == ["control", "kept", "matched", "screen", "screen", "screen"]
+    assert phases == ["candidate", "candidate", "control", "matched", "screen", "screen", "screen"]
     config = load_config([*TINY, *TRAIN, *grid])
     equal, matched = (grid_runs("synthetic", config, protocol)[0]["trained"] for protocol in (EQUAL, MATCHED))
-    assert equal["test_accuracy"] == pytest.approx(rows.loc[kept, "screen_test_accuracy"])  # after the screen
+    assert equal["test_accuracy"] == pytest.approx(rows.loc[0.02, "screen_test_accuracy"])  # after the screen
     assert equal["epochs"] == 2 and matched["test_accuracy"] == pytest.approx(rows.loc[0.0001, "test_accuracy"])
+
+
+def test_the_kept_rate_is_the_lowest_converged_loss_where_the_screen_preferred_a_fast_rate():
+    """The referee's case: a 3-epoch screen ranks 0.01 first, but 1e-3 converges lower; the choice follows the
+    converged fits. A diverged screen is no candidate, and a candidate that diverges drops out."""
+    screened = [{"lr": 0.001, "screen_val_loss": 0.30}, {"lr": 0.01, "screen_val_loss": 0.25},
+                {"lr": 0.1, "screen_val_loss": 0.40}, {"lr": 1.0, "screen_val_loss": math.inf}]
+    assert candidates(screened, 2) == [0.01, 0.001] and candidates(screened, 9) == [0.01, 0.001, 0.1]
+    converged = {0.01: 0.21, 0.001: 0.19}
+
+    class Converging:
+        def fit(self, lr, phase):
+            assert phase == "candidate"
+            if lr not in converged:
+                raise TrainingDiverged("the loss became nan")
+            return Fitted(None, {"best_val_loss": converged[lr]}, {})
+
+    chosen, fitted, every = converged_choice(Converging(), [0.01, 0.001])
+    assert chosen == 0.001 and fitted.metrics["best_val_loss"] == 0.19 and sorted(every) == [0.001, 0.01]
+    with pytest.warns(UserWarning, match="left out of the choice"):
+        assert converged_choice(Converging(), [0.01, 0.5])[0] == 0.01
 
 
 def test_a_best_rate_at_the_edge_of_the_grid_extends_the_grid_beyond_it(prepared):
@@ -334,8 +364,8 @@ def test_the_train_stage_logs_every_epoch_of_the_kept_and_matched_fits(prepared)
     assert best["val_loss"] == pytest.approx(metrics["best_val_loss"], rel=1e-5)
     for name in spreads:
         assert best[name] == pytest.approx(metrics[name], rel=1e-6)
-    kept_run = next(run for run in published_runs(prepared, "tags.stage = 'train'")
-                    if run.data.tags.get("phase") == "kept")
+    kept_run = next(run for run in published_runs(prepared, "tags.stage = 'train'")  # the candidate at the kept rate
+                    if run.data.tags.get("phase") == "candidate" and float(run.data.tags["lr"]) == metrics["lr"])
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     history = client.get_metric_history(kept_run.info.run_id, "epoch_test_accuracy")
     assert sorted(point.step for point in history) == list(range(1, int(metrics["stopped_epoch"]) + 1))

@@ -166,8 +166,10 @@ class TrainConfig:
                     "at most (the grid's own spacing)")
     seeds: int = Field(ge=0, description="how many of base.seeds (the first) the training stages run (0: all of them)")
     screen_epochs: int = Field(ge=1,
-        description="each rate of lr_grid first trains this many epochs; the one with the lowest validation loss goes "
-                    "on from there under the stopping rule")
+        description="each rate of lr_grid first trains this many epochs (the screen, which ranks the rates)")
+    converged_candidates: int = Field(ge=1,
+        description="the screen's best this many rates each train to convergence under the stopping rule; the one "
+                    "with the lowest converged validation loss is kept")
     weight_decay: float = Field(ge=0.0, description="L2 penalty (decoupled for adam: AdamW)")
     batch_size: int = Field(ge=1, description="sequences per minibatch")
     max_epochs: int = Field(ge=1, description="at most this many epochs (the budget of every fit but the matched ones)")

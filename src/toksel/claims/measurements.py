@@ -3,13 +3,15 @@ stages' metrics (the `evaluate` stage's claims) and the three embedding arms' tr
 stage's); toksel.claims.catalogue reads them.
 
 The training claims are read on the arms trained to convergence, `tuned lr`: each arm at the best rate of its
-screen, trained until its validation loss stopped improving (the kept model), its control at the same rate. A
+screen's best few that converges to the lowest validation loss, trained until its validation loss stopped improving
+(the kept model), its control at the same rate. A
 comparison of two arms means something only when both have converged: a fit the epoch budget stopped is counted
 in each measurement (`budget_bound`), and the report does not count a verdict that rests on one. The claims whose
 verdict depends on the protocol are measured again for the report's sensitivity table: `matched lr` (every arm at
 one rate, train.lr, within train.matched_max_epochs: the rebuttal's protocol as far as it is told, and the budget
 it had here before, whose untrained arm reads the rebuttal's 72 %), `equal steps` (every arm at its tuned rate after
-the same train.screen_epochs epochs: its screen)
+the same train.screen_epochs epochs: its screen), `screened lr` (every arm at its screen's own choice, trained to
+convergence: the protocol before the choice by converged validation loss)
 and, for the spread ratios, the `theory protocol` (E frozen at E1, v at v0, p from gradient_flow: the setting of
 Lemma 4.1 and Theorem 4.3).
 """
@@ -35,7 +37,10 @@ Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics
 PROTOCOL_CLAIMS = ("accuracy_gap", "accuracy_gap_size", "spread_ratio_v", "spread_ratio_v_size", "spread_ratio_p",
                    "spread_ratio_p_size")
 MATCHED, TUNED, EQUAL, THEORY = "matched lr", "tuned lr", "equal steps", "theory protocol"
+SCREENED = "screened lr"  # each arm at its screen's choice, trained to convergence: the rule before the choice by
+# converged validation loss (the ledger's old verdict)
 SCREEN_PREFIX = "screen_"  # a rate's metrics after the screen in grid.csv (training/protocol.py writes them)
+CONVERGED_PREFIX = "converged_"  # a candidate rate's metrics trained to convergence, in grid.csv
 
 
 def curve_settings(settings: TrainConfig) -> CurveSettings:
@@ -65,7 +70,7 @@ def dataset_runs(dataset: str, config: Config, arms: bool = False) -> Runs:
 def grid_runs(dataset: str, config: Config, protocol: str) -> Runs:
     """seed -> arm -> that arm's metrics under another protocol, from its grid.csv: `matched lr`, the full fit at
     train.lr, with the controls (trained at train.lr) from its metrics.json; `equal steps`, the screen of its kept
-    rate (screen_<name>)."""
+    rate (screen_<name>); `screened lr`, the converged fit at its screen's choice (converged_<name>)."""
     runs: Runs = {seed: {} for seed in config.training_seeds}
     for arm in EMBEDDINGS:
         for seed in config.training_seeds:
@@ -73,15 +78,15 @@ def grid_runs(dataset: str, config: Config, protocol: str) -> Runs:
             if not (folder / "grid.csv").exists() or not (folder / "metrics.json").exists():
                 continue
             grid, kept = pd.read_csv(folder / "grid.csv"), read_json(folder / "metrics.json")
-            wanted = config.train.lr if protocol == MATCHED else kept.get("lr")
+            wanted = {MATCHED: config.train.lr, SCREENED: kept.get("lr_screened")}.get(protocol, kept.get("lr"))
             row = grid[np.isclose(grid["lr"], wanted)] if wanted is not None else grid.iloc[:0]
             if not len(row):
                 continue
             values = {key: _plain(value) for key, value in row.iloc[0].items()}
-            if protocol == EQUAL:
-                values = {key[len(SCREEN_PREFIX):]: value for key, value in values.items()
-                          if key.startswith(SCREEN_PREFIX)}
-            else:
+            prefix = {EQUAL: SCREEN_PREFIX, SCREENED: CONVERGED_PREFIX}.get(protocol)
+            if prefix is not None:
+                values = {key[len(prefix):]: value for key, value in values.items() if key.startswith(prefix)}
+            if protocol != EQUAL:
                 values |= {key: value for key, value in kept.items() if key.startswith(CONTROL_PREFIX)}
             runs[seed][arm] = values
     return runs
@@ -152,7 +157,8 @@ def dataset_measurements(dataset: str, config: Config, producer: str,
                 for claim in claims]
     variants = [claim for claim in claims if claim.id in PROTOCOL_CLAIMS]
     measured += [measure(claim, dataset, matched, protocol=MATCHED) for claim in variants]
-    measured += [measure(claim, dataset, grid_runs(dataset, config, EQUAL), protocol=EQUAL) for claim in variants]
+    measured += [measure(claim, dataset, grid_runs(dataset, config, protocol), protocol=protocol)
+                 for protocol in (EQUAL, SCREENED) for claim in variants]
     curves = curve_settings(config.train)
     theory = {seed: {**kept[seed], "one_step": theory_protocol_metrics(dataset, seed, curves)}
               for seed in config.training_seeds}

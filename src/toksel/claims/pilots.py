@@ -37,6 +37,10 @@ PILOTS: tuple[Pilot, ...] = (
           "validation loss 0.69), hence the pair datasets' rate 0.01", f"{NOTES} (the pair of tokens); params.yaml"),
     Pilot(("margins.horizon",), "the pilot l_1.5 flow on seed 0 at cosine 0.986 with its own solution at t = 1e10 "
           "and 0.990 at 1e14, hence the horizon 1e16", f"{NOTES} (which margin an optimiser picks); params.yaml"),
+    Pilot(("train.converged_candidates",), "a referee's fits: yelp_polarity's trained arm kept at 0.01 by its 3-epoch "
+          "screen (test accuracy 0.911) where 1e-3 trained to convergence reached 0.928, yelp_stars4's 0.586 against "
+          "0.616, hence each arm's choice among the screen's best two by converged validation loss",
+          "src/toksel/training/protocol.py (its docstring)"),
     Pilot(("margins.potentials",), "the pilot's l_2 direction at cosine 0.94 with the l_1.5 one, 0.97 with the l_3 "
           "one and 0.93 with the l_4 one on seed 0, hence [1.5, 4]", f"{NOTES} (which margin an optimiser picks)"),
 )

@@ -31,7 +31,7 @@ from toksel.claims.catalogue import (
     in_scope,
     measure,
 )
-from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, THEORY, TUNED, claim_runs
+from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, SCREENED, THEORY, TUNED, claim_runs
 from toksel.params import Config
 from toksel.runtime.config import load_config
 from toksel.runtime.io import pending, read_json, require_output
@@ -57,7 +57,7 @@ SECTIONS = {  # heading: the scopes it shows
     "Beyond the paper: a label carried by a pair of tokens": ("pair",),
     "Beyond the paper: which margin an optimiser picks": ("margins",),
 }
-PROTOCOLS = (TUNED, MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
+PROTOCOLS = (TUNED, SCREENED, MATCHED, EQUAL, THEORY)  # the sensitivity table's rows; TUNED is the claims' own
 PER_DATASET = ("evaluate", "compare")  # the stages that run once per dataset (evaluate@imdb)
 CALIBRATION = results_dir("calibration", "") / "calibration.json"
 VERDICT_KINDS = ("holds", "fails", "inconclusive", "not computed")

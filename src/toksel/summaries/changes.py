@@ -122,6 +122,7 @@ def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]]
 
 
 MATCHED = "matched lr"  # claims/measurements.py's protocol of the rule before: one rate, the old 20-epoch budget
+SCREENED = "screened lr"  # and of the rule before the choice by converged validation loss
 
 
 def _own_key(component: str) -> str:
@@ -150,6 +151,9 @@ def _old_verdict(item: Assessment, previous: Mapping[str, Any], config: Any, rem
     if "protocol" in previous:
         protocol = MATCHED
         notes.append(f"the {protocol} fits (their budget train.matched_max_epochs, the old one)")
+    elif any(_own_key(component) == "train.converged_candidates" for component in previous):
+        protocol = SCREENED
+        notes.append("each arm at its screen's choice, its converged fit from this run")
     elif any(_own_key(component) == "train.max_epochs" for component in previous):
         return "not recomputed", "needs the arms under the old epoch budget"
     measurement = item.measurement if old.statistic == claim.statistic and not protocol else remeasure(old, protocol)

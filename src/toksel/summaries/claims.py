@@ -137,9 +137,11 @@ def claims_table(table_rows: Iterable[Row], calibration: Calibration | None = No
     return table(HEADER, (cells(row, calibration) for row in table_rows))
 
 
-PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own rate, the best of its screen on "
-                 "the validation loss (the grid extended past an edge where the best sat on it), trained until its "
-                 "validation loss stopped improving (train.patience) within train.max_epochs; `matched lr`: every arm "
+PROTOCOL_NOTE = ("`tuned lr` (the claims' protocol): each embedding arm at its own rate, of the screen's best "
+                 "train.converged_candidates rates (the grid extended past an edge where the best sat on it) the one "
+                 "whose fit trained until its validation loss stopped improving (train.patience) within "
+                 "train.max_epochs reached the lowest validation loss; `screened lr`: every arm at its screen's own "
+                 "choice, trained the same way (the protocol before that choice); `matched lr`: every arm "
                  "at train.lr within train.matched_max_epochs, the rebuttal's one rate for all and the budget it had "
                  "here before (the frozen arms do not converge within it); `equal steps`: every arm at its tuned rate "
                  "after the same train.screen_epochs epochs; `theory protocol`, for the spread ratios: E frozen at E1 "

@@ -4,9 +4,11 @@ arm, and each run's negative control.
 - Learning rate, chosen the same way for every arm: each rate of the grid first trains `screen_epochs` epochs (the
   screen); when the rate with the lowest validation loss is the grid's smallest or largest, the grid is extended
   beyond it by its own spacing, up to `lr_extensions` times, so that the chosen rate lies inside the rates tried
-  (`lr_at_edge` says when it still does not). The best rate is then trained from its start under the stopping
-  rule (early stopping on the validation loss, within the epoch budget max_epochs, which the kept fits should
-  not reach): the kept model, its best epoch on validation, which the claims read. The rate the matched-lr
+  (`lr_at_edge` says when it still does not). The screen's best `converged_candidates` rates are then each trained
+  from their start under the stopping rule (early stopping on the validation loss, within the epoch budget
+  max_epochs, which these fits should not reach), and the one with the lowest converged validation loss is kept:
+  the kept model, its best epoch on validation, which the claims read (`lr_screened` is the screen's own choice,
+  `lr_moved` whether convergence chose another). The rate the matched-lr
   protocol reads (train.lr) is trained the same way, when it is not the kept one, within its own budget
   matched_max_epochs (the rebuttal's one rate for every arm, a reading shown beside the claims: at lr 1e-3 the
   frozen arms do not converge within it). A full fit's first epochs repeat the screen's exactly (the
@@ -26,9 +28,10 @@ arm, and each run's negative control.
   with base.data_seed and the run's seed), so the control's interval over the seeds holds the shuffle's chance too.
 
 A screen of a few epochs ranks the rates mostly as the full fits would (on IMDB the frozen arms' best rate converges
-fastest, and the trained arm's best is at its best by the second epoch) at a third of the cost of training every
-rate to its stopping point; not always: on Yelp the trained arm's screen picks 0.01, where 1e-3 converges to a
-lower validation loss.
+fastest, and the trained arm's best is at its best by the second epoch), but it favours a rate that learns fast over
+a slower one that converges lower: on Yelp the trained arm's screen picks 0.01, where 1e-3 converges to a lower
+validation loss. Hence the choice by converged validation loss among the screen's best few; a rate the screen ranks
+below them is not trained to convergence (its cost), which `converged_candidates` can lift.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import pandas as pd
 import pytorch_lightning as pl
 
 from toksel.claims.catalogue import CONTROL_PREFIX
-from toksel.claims.measurements import SCREEN_PREFIX
+from toksel.claims.measurements import CONVERGED_PREFIX, SCREEN_PREFIX
 from toksel.runtime.distributed import is_worker
 from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import FitPlan, FitResult, TrainingDiverged, fit
@@ -55,7 +58,8 @@ ModelFactory = Callable[[float, bool], ClassifierModule]
 DataFactory = Callable[[bool], pl.LightningDataModule]
 
 
-LOGGED_PHASES = ("kept", "matched")  # the fits a per-epoch log follows: not the screens or the control (they cost)
+# the fits a per-epoch log follows (a candidate may be the kept one): not the screens or the control (they cost)
+LOGGED_PHASES = ("kept", "candidate", "matched")
 
 
 def validation_loss(metrics: Metrics) -> float:
@@ -152,34 +156,68 @@ def screen(protocol: Protocol, rates: Sequence[float], extensions: int = 0) -> t
     return chosen, sorted(rows, key=lambda row: row["lr"]), chosen in (tried[0], tried[-1])
 
 
+def candidates(rows: Sequence[dict], count: int) -> list[float]:
+    """The screen's best `count` rates, by their screen's validation loss (the diverged left out)."""
+    finite = sorted((row for row in rows if math.isfinite(row["screen_val_loss"])),
+                    key=lambda row: row["screen_val_loss"])
+    return [row["lr"] for row in finite[:count]]
+
+
+def converged_choice(protocol: Protocol, rates: Sequence[float]) -> tuple[float, Fitted, dict[float, Fitted]]:
+    """Each rate trained to convergence under the stopping rule: the rate with the lowest converged validation loss,
+    its fit, and every rate's fit (a rate that diverges drops out with a warning)."""
+    phase = "kept" if len(rates) == 1 else "candidate"
+    fitted = {}
+    for lr in rates:
+        try:
+            fitted[lr] = protocol.fit(lr, phase)
+        except TrainingDiverged as error:
+            if len(rates) == 1:
+                raise
+            warnings.warn(f"learning rate {lr:g} left out of the choice: {error}", stacklevel=2)
+    if not fitted:
+        raise TrainingDiverged(f"training diverged at every candidate rate {list(rates)}: lower train.lr_grid")
+    chosen = min(fitted, key=lambda lr: validation_loss(fitted[lr].metrics))
+    return chosen, fitted[chosen], fitted
+
+
 def train_with_control(protocol: Protocol, rates: Sequence[float], matched: float | None = None,
                        control: bool = True) -> Trained:
-    """Screen the rates, fit the best under the stopping rule (and `matched`, the matched-lr protocol's rate, within
-    matched_max_epochs), then (with `control`) the control at the kept rate."""
+    """Screen the rates, fit the screen's best few under the stopping rule and keep the lowest converged validation
+    loss (and fit `matched`, the matched-lr protocol's rate, within matched_max_epochs), then (with `control`) the
+    control at the kept rate."""
     settings = protocol.plan.settings
     if len(rates) > 1:
-        kept_lr, rows, at_edge = screen(protocol, rates, settings.lr_extensions)
+        screened_lr, rows, at_edge = screen(protocol, rates, settings.lr_extensions)
+        kept_lr, kept, full = converged_choice(protocol, candidates(rows, settings.converged_candidates))
     else:
-        kept_lr, rows, at_edge = rates[0], [{"lr": rates[0], "diverged": 0.0}], False
-    kept = protocol.fit(kept_lr, "kept")
-    full = {kept_lr: kept}
-    if matched is not None and matched != kept_lr:
+        screened_lr, rows, at_edge = rates[0], [{"lr": rates[0], "diverged": 0.0}], False
+        kept_lr, kept, full = converged_choice(protocol, rates)
+    matched_fit = None
+    if matched is not None and matched != kept_lr:  # its own budget, even where a candidate trained at its rate
         try:
-            full[matched] = protocol.fit(matched, "matched", epochs=settings.matched_max_epochs)
+            matched_fit = protocol.fit(matched, "matched", epochs=settings.matched_max_epochs)
         except TrainingDiverged as error:
             warnings.warn(f"the matched-lr protocol's rate {matched:g} diverged: {error}", stacklevel=2)
+    # A rate's row: a candidate's converged fit as converged_<name>; the kept fit's metrics, or the matched-lr
+    # protocol's fit at train.lr (what that protocol reads), unprefixed.
     for row in rows:
         if row["lr"] in full:
-            row |= full[row["lr"]].metrics
+            row |= {CONVERGED_PREFIX + name: value for name, value in full[row["lr"]].metrics.items()}
+        if row["lr"] == kept_lr:
+            row |= kept.metrics
+        elif matched_fit is not None and row["lr"] == matched:
+            row |= matched_fit.metrics
     controls = {}
     if control:
         shuffled = protocol.fit(kept_lr, "control", shuffled=True)  # the claims' own fit, on labels without signal
         controls = {CONTROL_PREFIX + name: value for name, value in shuffled.metrics.items()}
     if not is_worker():  # a DDP worker goes on to the stage's next fit with rank 0; rank 0 owns the files
         shutil.rmtree(protocol.plan.checkpoints, ignore_errors=True)  # finished: nothing left to resume
-    screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows))}
+    screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows)), "lr_screened": screened_lr,
+                "lr_moved": float(kept_lr != screened_lr)}
     return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
-                   pd.DataFrame(rows), epoch_frame(kept, full.get(matched)))
+                   pd.DataFrame(rows), epoch_frame(kept, kept if matched == kept_lr else matched_fit))
 
 
 def epoch_frame(kept: Fitted, matched: Fitted | None) -> pd.DataFrame:
