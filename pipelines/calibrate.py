@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import statistics
 import sys
 import time
@@ -32,6 +33,7 @@ from toksel.calibration.families import (
     Family,
     PlantedAccuracies,
     PlantedAnswers,
+    added_spread,
     flow_answers,
     growth_reach,
     margin_answers,
@@ -43,8 +45,8 @@ from toksel.calibration.families import (
 from toksel.calibration.margins import MarginRegime
 from toksel.calibration.pair import PairRegime
 from toksel.calibration.theory import FlowRegime, StepRegime
-from toksel.claims.catalogue import BY_ID, in_scope
-from toksel.claims.measurements import dataset_runs, pair_runs
+from toksel.claims.catalogue import BY_ID, in_scope, measure
+from toksel.claims.measurements import claim_runs, dataset_runs, pair_runs
 from toksel.data.draws import MANIFEST, data_dir
 from toksel.data.token_table import read_token_table
 from toksel.figures.plots import calibration_figure, save_figure
@@ -172,27 +174,58 @@ class Sources:
         return flow_answers(regime, config, self.progress)
 
 
-def planted_rows(config: Config, group: tuple[str, tuple[str, ...]]) -> list[dict]:
+def real_spreads(family: Family, dataset: str, config: Config, own: Config) -> dict[str, float]:
+    """Each claim of the family judged on `dataset` (not a description): the between-seed standard deviation of its
+    statistic in the real runs, as the claim measures it there; a claim measured on fewer than two seeds is left
+    out."""
+    found = {}
+    for claim in BY_ID.values():
+        if claim.family != family.name or claim.kind == "description" or not in_scope(claim, dataset, own.data,
+                                                                                        config):
+            continue
+        values = [value for value in measure(claim, dataset, claim_runs(claim.producer, dataset, config)).values
+                  if value is not None and math.isfinite(value)]
+        if len(values) > 1:
+            found[claim.id] = statistics.stdev(values)
+    return found
+
+
+def planted_rows(config: Config, datasets: dict[str, Config], group: tuple[str, tuple[str, ...]]) -> list[dict]:
     """The rows of the families of one dataset whose known answers are planted statistics (a process's unit of
-    work: the families that read the same draws share them there)."""
+    work: the families that read the same draws share them there). A family whose claims have real runs gets a row
+    per claim, its planted statistics carrying that claim's between-seed spread (the token draws' own spread, and
+    seed noise for the rest): a rule calibrated on narrower noise than the runs' would claim power it lacks."""
     dataset, names = group
     tokens = read_token_table(data_dir(dataset, config.training_seeds[0]) / "tokens.csv")
     answers = PlantedAnswers(TokenPopulation.of(tokens, config.train.heldout_min_count),
                              accuracy_spread(dataset, config), trained_fidelity(dataset, config), config,
                              len(config.training_seeds), salt(dataset))
-    return [row(BY_NAME[name], dataset, answers.for_family(BY_NAME[name]), config) for name in names]
+    rows = []
+    for name in names:
+        family = BY_NAME[name]
+        spreads = {} if family.source == "accuracy" else real_spreads(family, dataset, config, datasets[dataset])
+        if not spreads:
+            rows.append(row(family, dataset, answers.for_family(family), config))
+            continue
+        planted = answers.planted_spread(family)
+        for claim, real in spreads.items():
+            added = added_spread(real, planted)
+            rows.append(row(family, dataset, answers.for_family(family, added), config)
+                        | {"claim": claim, "for_claims": [claim], "real_spread": real, "planted_spread": planted,
+                           "added_spread": added})
+    return rows
 
 
 def calibrate(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> None:
     datasets = dataset_configs(config.datasets, overrides)  # each dataset's regime, as its stages read it
-    found: dict[tuple[str, str], dict] = {}
+    found: dict[tuple[str, str], list[dict]] = {}  # (family, dataset) -> its rows (one per claim where they differ)
     planted: dict[str, list[str]] = {}  # dataset -> the families whose answers are planted statistics there
     with tqdm(desc="calibration: known answers", unit=" units", disable=not show_progress()) as bar:
         sources = Sources(config, datasets, bar.update)
         for family in FAMILIES:
             where = judged_on(family, config, datasets)
             if not where:
-                found[family.name, "-"] = row(family, "-", None, config, "none of its datasets is in this pipeline")
+                found[family.name, "-"] = [row(family, "-", None, config, "none of its datasets is in this pipeline")]
             for dataset in where:
                 answers, reason = sources.for_family(family, dataset)
                 if answers is PLANTED:
@@ -200,30 +233,30 @@ def calibrate(config: Config, run: RunRecord, overrides: Sequence[str] = ()) -> 
                     continue
                 start = time.perf_counter()
                 costly = family.source == "one_step" and datasets[dataset].data.source != "synthetic"
-                found[family.name, dataset] = row(family, dataset, None if answers is None else
-                                                  answers.for_family(family), config, reason, costly)
+                item = row(family, dataset, None if answers is None else answers.for_family(family), config,
+                           reason, costly)
                 if family.name == "growth" and isinstance(answers, Answers):
-                    found[family.name, dataset]["reach"] = growth_reach(found[family.name, dataset]["crossing"],
-                                                                        answers.means(family, "bound_ratio"))
-                _said(found[family.name, dataset], time.perf_counter() - start)
+                    item["reach"] = growth_reach(item["crossing"], answers.means(family, "bound_ratio"))
+                found[family.name, dataset] = [item]
+                _said(item, time.perf_counter() - start)
         # The planted answers are drawn in this process's workers, a dataset each: their draws are cheap one by one
         # but many, and the theory's fan-out is done with its own.
         start = time.perf_counter()
         groups = [(dataset, tuple(names)) for dataset, names in planted.items()]
-        for rows in map_units(functools.partial(planted_rows, config), groups, config.compute, "processes",
-                              bar.update):
+        for rows in map_units(functools.partial(planted_rows, config, datasets), groups, config.compute,
+                              "processes", bar.update):
             for item in rows:
-                found[item["family"], item["data"]] = item
+                found.setdefault((item["family"], item["data"]), []).append(item)
                 _said(item, time.perf_counter() - start)
-    rows = [found[family.name, dataset] for family in FAMILIES for dataset in [*judged_on(family, config, datasets),
-                                                                             "-"] if (family.name, dataset) in found]
+    rows = [item for family in FAMILIES for dataset in [*judged_on(family, config, datasets), "-"]
+            for item in found.get((family.name, dataset), [])]
     rows += uncalibrated_rows()
     write_json(OUT / "calibration.json", rows)
     save_figure(calibration_figure(rows), OUT / "rates.png")
     run.log_artifact(OUT / "rates.png")
     run.log_artifact(OUT / "calibration.json")
-    metrics = {f"{item['family']}_{item['data']}_{name}": item[name]["rate"] for item in rows
-               for name in ("power", "null") if name in item}
+    metrics = {f"{item['family']}_{item['data']}{''.join('_' + claim for claim in item.get('for_claims', []))}_"
+               f"{name}": item[name]["rate"] for item in rows for name in ("power", "null") if name in item}
     judged = [item for item in rows if "power" in item]
     metrics |= {"families_calibrated": float(sum(item["calibrated"] for item in judged)),
                 "families_measured": float(len(judged))}

@@ -3,13 +3,22 @@ inputs through the real code: the one step's exact projection, a rule's power be
 precision each rate is drawn to, the verdict a row would have under the rule in force before the data."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 
 from tests.helpers import ROOT, TINY, throwaway_project
 from toksel.calibration.curves import TokenPopulation
-from toksel.calibration.families import BY_NAME, PlantedAnswers, crossing_along, growth_reach, row, step_answers
+from toksel.calibration.families import (
+    BY_NAME,
+    PlantedAnswers,
+    added_spread,
+    crossing_along,
+    growth_reach,
+    row,
+    step_answers,
+)
 from toksel.calibration.operating import Precision, half_width, loop, operating_curve, power_crossing
 from toksel.calibration.theory import Recent, StepRegime, one_step_statistics
 from toksel.claims.catalogue import BY_ID, assess, measure
@@ -106,6 +115,29 @@ def test_each_rate_is_drawn_until_its_interval_is_as_narrow_as_asked(config):
     assert growth_reach({"effect": None}, {0.25: 1.0})["bound_ratio"] is None
     shown = crossing_text({"crossing": {"effect": 0.04, "low": 0.03, "high": 0.25}, "reach": reach})
     assert shown.startswith("0.04 [0.03, 0.25]; a flow bounded beyond 1.1 times its own |p_T|")
+
+
+def test_a_rule_calibrated_with_a_rows_own_seed_noise_loses_the_power_the_token_noise_alone_gives(config):
+    """The U-shape rule at its reference (a model following |posterior difference| with correlation 0.8): with the
+    token draws' own noise it holds nearly always; with a row's between-seed spread of 0.116 (the two-layer
+    model's, as a referee measured it) far less often, and the added noise makes the planted spread that row's."""
+    rng = np.random.default_rng(0)
+    tokens = 400
+    posterior = rng.dirichlet([0.6, 0.6], tokens)
+    population = TokenPopulation(rng.integers(20, 400, tokens), rng.integers(10, 100, tokens), posterior,
+                                 np.array([0.5, 0.5]))
+    planted = PlantedAnswers(population, 0.01, (0.8, 0.8), config, seeds=3, salt=2)
+    family = dataclasses.replace(BY_NAME["u_shape"], ladder=(0.8,))
+    narrow = planted.planted_spread(family)
+    added = added_spread(0.116, narrow)
+    assert narrow < 0.116 and added == pytest.approx(math.sqrt(0.116**2 - narrow**2))
+    assert added_spread(0.01, narrow) == 0.0 and added_spread(None, narrow) == 0.0  # never narrower than planted
+    alone, noisy = (operating_curve(BY_ID[family.claim], config, (0.8,), planted.for_family(family, extra),
+                                    Precision(0.05, 200))[0] for extra in (0.0, added))
+    assert alone["rate"] >= 0.8 > noisy["rate"]
+    spread = np.mean([np.std(planted.for_family(family, added)([(0.8, replicate)])[0], ddof=1)
+                      for replicate in range(200)])
+    assert spread == pytest.approx(0.116, rel=0.15)  # three seeds' sample sd, a little below the sd itself
 
 
 def test_a_family_row_reads_its_power_at_the_papers_size_and_its_false_positives_at_the_null(config):

@@ -256,6 +256,7 @@ class PlantedAccuracies:
 
 
 DRAWS_KEPT = 256  # draws of a dataset's token table kept for the rungs still to read them (a few MB each)
+SPREAD_REPLICATES = 32  # replicates at the reference that estimate the planted between-seed spread
 
 
 class PlantedAnswers:
@@ -288,12 +289,35 @@ class PlantedAnswers:
                 self._drawn[key] = curve_statistics(drawn, effect, self.settings, rng)
         return self._drawn[key]
 
-    def for_family(self, family: Family) -> DrawMany:
+    def _seeds(self, family: Family, effect: float, replicate: int) -> list[float]:
+        return [self._statistics(family.source, effect, replicate, seed)[family.statistic]
+                for seed in range(self.seeds)]
+
+    def planted_spread(self, family: Family) -> float:
+        """The between-seed standard deviation of the family's statistic at its reference, as planted (the token
+        draws' own noise): the root mean within-replicate variance over SPREAD_REPLICATES replicates."""
+        variances = []
+        for replicate in range(SPREAD_REPLICATES):
+            finite = [value for value in self._seeds(family, family.reference, replicate) if math.isfinite(value)]
+            if len(finite) > 1:
+                variances.append(float(np.var(finite, ddof=1)))
+        return math.sqrt(sum(variances) / len(variances)) if variances else 0.0
+
+    def for_family(self, family: Family, added: float = 0.0) -> DrawMany:
+        """The family's draws; `added`: the standard deviation of a seed's own noise put on each seed's statistic
+        (the same at every rung of a replicate), so that the planted between-seed spread matches a real row's."""
         if family.source == "accuracy":
             return loop(lambda gap, replicate: accuracy_gaps(gap, self.accuracy_spread, self.seeds,
                                                              self._rng(0, replicate)))
-        return loop(lambda effect, replicate: [self._statistics(family.source, effect, replicate, seed)[
-            family.statistic] for seed in range(self.seeds)])
+
+        def draw(effect: float, replicate: int) -> list[float]:
+            values = self._seeds(family, effect, replicate)
+            if not added:
+                return values
+            noise = self._rng(len(family.source), 7, replicate).standard_normal(len(values))
+            return [value + added * extra for value, extra in zip(values, noise, strict=True)]
+
+        return loop(draw)
 
 
 def crossing_along(ladder: Sequence[float], curve: Sequence[dict[str, Any]]) -> dict[str, float | None]:
@@ -345,6 +369,12 @@ def row(family: Family, where: str, draw: DrawMany | None, config: Config, reaso
                                    null["rate"] > MAX_FALSE_POSITIVES)) if bad]
     return base | {"curve": curve, "power": power, "null": null, "crossing": crossing, "precision": wanted.target,
                    "calibrated": calibrated, "reason": "; ".join(why)}
+
+
+def added_spread(real: float | None, planted: float) -> float:
+    """The standard deviation of the noise that brings a planted between-seed spread up to a real row's: their
+    variances' difference, 0 where the planted spread is already as wide (or the row has no spread)."""
+    return math.sqrt(max(0.0, real**2 - planted**2)) if real is not None and math.isfinite(real) else 0.0
 
 
 def _rule(claim: Claim, config: Config) -> str:

@@ -274,8 +274,10 @@ def calibration_figure(rows: list[dict]) -> plt.Figure:
             colour = colours(datasets.index(row["data"]) % 10)
             axis.fill_between(effects, [point["low"] for point in points], [point["high"] for point in points],
                               color=colour, alpha=0.15, lw=0)
-            axis.plot(effects, [point["rate"] for point in points], "o-", color=colour, ms=3, lw=1.2,
-                      label=row["data"])
+            same = [other for other in mine if other["data"] == row["data"]]  # a row per claim: a dash each
+            axis.plot(effects, [point["rate"] for point in points], marker="o", color=colour, ms=3, lw=1.2,
+                      ls=("-", "--", "-.", ":")[same.index(row) % 4],
+                      label=row["data"] + "".join(f", {claim}" for claim in row.get("for_claims", [])))
         first = mine[0]
         axis.axvline(first["reference"], color="#1a9850", ls=":", lw=1)
         axis.axvline(first["null_effect"], color="#d73027", ls="--", lw=1)

@@ -222,7 +222,10 @@ def calibration_rows(calibration: Calibration) -> list[list[str]]:
         if family not in anchored:
             name = f"<a id='{family_anchor(family)}'></a>{name}"
             anchored.add(family)
-        claims = ", ".join(claim.id for claim in CLAIMS if claim.family == family)
+        claims = ", ".join(row.get("for_claims") or [claim.id for claim in CLAIMS if claim.family == family])
+        if row.get("for_claims"):  # drawn with that claim's own between-seed spread
+            claims += (f" (its runs' spread over seeds {row['real_spread']:.3g}; planted {row['planted_spread']:.3g}, "
+                       f"seed noise {row['added_spread']:.3g} added)")
         curve = row.get("curve", [])
         ladder = f"{row['unit']}: " + ", ".join(f"{point['effect']:g}" for point in curve) if curve else "-"
         replicates = (f"{min(point['replicates'] for point in curve)}-{max(point['replicates'] for point in curve)}"

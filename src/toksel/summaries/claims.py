@@ -15,7 +15,7 @@ from toksel.claims.verdict import Interval
 from toksel.runtime.io import write_json, write_text
 from toksel.runtime.records import RunRecord
 from toksel.summaries.changes import RuleHistory
-from toksel.summaries.counting import Counting
+from toksel.summaries.counting import Counting, calibration_row
 from toksel.summaries.markdown import number, table
 
 Calibration = list[dict[str, Any]]  # the calibration stage's rows: one per family and dataset
@@ -24,12 +24,12 @@ Calibration = list[dict[str, Any]]  # the calibration stage's rows: one per fami
 NOT_YET = "calibrated after this stage: the report says"  # a stage's summary, written before calibrate runs
 
 
-def family_standing(calibration: Calibration | None, family: str, dataset: str) -> str:
+def family_standing(calibration: Calibration | None, family: str, dataset: str, claim: str = "") -> str:
     """calibrated or uncalibrated on `dataset` (its own calibration row), or not run there; None: a stage's own
     summary, which the calibrate stage follows, so not judged here."""
     if calibration is None:
         return NOT_YET
-    found = next((row for row in calibration if row["family"] == family and row["data"] == dataset), None)
+    found = calibration_row(calibration, family, dataset, claim)
     if found is None:
         return "not calibrated on this dataset"
     return "calibrated" if found["calibrated"] else "uncalibrated"
@@ -77,7 +77,8 @@ def calibration_cell(claim: Claim, dataset: str, calibration: Calibration | None
     """The claim's family, linked to its rows of the calibration table, with its standing on the row's dataset."""
     if not claim.family:
         return ""
-    return f"[{claim.family}](#{family_anchor(claim.family)}) ({family_standing(calibration, claim.family, dataset)})"
+    standing = family_standing(calibration, claim.family, dataset, claim.id)
+    return f"[{claim.family}](#{family_anchor(claim.family)}) ({standing})"
 
 
 CONTROL_TEXT = {True: "as it must", False: "it must fail"}  # after a control's verdict, whether it behaved

@@ -2,8 +2,9 @@
 
 A row counts when it is judged (measured, in its lemma's scope, a claim and not a description), not implied by a
 proof (a consistency check, which only a bug could make fail, is shown and not counted), its verdict rule
-is calibrated on that row's dataset (the calibration stage's row for its family and dataset: power and false
-positives within their bounds; a family calibrated elsewhere says nothing of this dataset's noise), no fit it
+is calibrated on that row's dataset (the calibration stage's row for its family and dataset, drawn with that claim's
+own between-seed spread where its runs give one: power and false positives within their bounds; a family calibrated
+elsewhere, or on narrower noise, says nothing of this row's), no fit it
 reads was stopped by its epoch budget (two arms compared before they converged say nothing), its control
 behaved (failed as a near miss without the effect must, or, where the threshold is the null's own value,
 did not hold), and its verdict has p-values (an interval over seeds; a method's own interval, a grid's bracket,
@@ -35,9 +36,13 @@ class Counting:
     controlled_by: str = ""  # its verdict under Benjamini-Yekutieli's false discovery rate control instead
 
 
-def calibration_row(calibration: Sequence[Mapping[str, Any]], family: str, dataset: str) -> Mapping[str, Any] | None:
-    """The calibration of `family` on `dataset`, or None where it was not run there."""
-    return next((row for row in calibration if row["family"] == family and row["data"] == dataset), None)
+def calibration_row(calibration: Sequence[Mapping[str, Any]], family: str, dataset: str,
+                    claim: str = "") -> Mapping[str, Any] | None:
+    """The calibration of `family` on `dataset` for `claim`: the row drawn with that claim's own between-seed
+    spread where there is one, else the family's row there; None where it was not run there."""
+    rows = [row for row in calibration if row["family"] == family and row["data"] == dataset]
+    own = [row for row in rows if claim in row.get("for_claims", ())]
+    return (own or [row for row in rows if not row.get("for_claims")] or [None])[0]
 
 
 def reason_not_counted(item: Assessment, dataset: str, calibration: Sequence[Mapping[str, Any]]) -> str:
@@ -48,7 +53,7 @@ def reason_not_counted(item: Assessment, dataset: str, calibration: Sequence[Map
         return item.verdict
     if item.claim.kind == "consistency":
         return "a consistency check: a proof implies it, so it could not have failed but for a bug (it would catch one)"
-    found = calibration_row(calibration, item.claim.family, dataset)
+    found = calibration_row(calibration, item.claim.family, dataset, item.claim.id)
     if found is None:
         return f"its rule ({item.claim.family}) is not calibrated on {dataset}"
     if not found["calibrated"]:
