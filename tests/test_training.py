@@ -173,6 +173,16 @@ def test_the_kept_rate_is_the_lowest_converged_loss_where_the_screen_preferred_a
     assert chosen == 0.001 and fitted.metrics["best_val_loss"] == 0.19 and sorted(every) == [0.001, 0.01]
     with pytest.warns(UserWarning, match="left out of the choice"):
         assert converged_choice(Converging(), [0.01, 0.5])[0] == 0.01
+    # A fit the epoch budget ended was still falling: no converged loss to compare, unless none converged.
+    bound = {0.01: (0.21, 0.0), 0.001: (0.19, 1.0)}
+
+    class Bounded:
+        def fit(self, lr, phase):
+            return Fitted(None, {"best_val_loss": bound[lr][0], "budget_bound": bound[lr][1]}, {})
+
+    assert converged_choice(Bounded(), [0.01, 0.001])[0] == 0.01
+    bound[0.01] = (0.21, 1.0)
+    assert converged_choice(Bounded(), [0.01, 0.001])[0] == 0.001
 
 
 def test_a_best_rate_at_the_edge_of_the_grid_extends_the_grid_beyond_it(prepared):

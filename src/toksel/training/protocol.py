@@ -8,7 +8,8 @@ arm, and each run's negative control.
   from their start under the stopping rule (early stopping on the validation loss, within the epoch budget
   max_epochs, which these fits should not reach), and the one with the lowest converged validation loss is kept:
   the kept model, its best epoch on validation, which the claims read (`lr_screened` is the screen's own choice,
-  `lr_moved` whether convergence chose another). The rate the matched-lr
+  `lr_moved` whether convergence chose another). A candidate the epoch budget stopped has no converged loss: it is
+  kept only where no candidate converged (`lr_candidates_budget_bound` counts them). The rate the matched-lr
   protocol reads (train.lr) is trained the same way, when it is not the kept one, within its own budget
   matched_max_epochs (the rebuttal's one rate for every arm, a reading shown beside the claims: at lr 1e-3 the
   frozen arms do not converge within it). A full fit's first epochs repeat the screen's exactly (the
@@ -165,7 +166,8 @@ def candidates(rows: Sequence[dict], count: int) -> list[float]:
 
 def converged_choice(protocol: Protocol, rates: Sequence[float]) -> tuple[float, Fitted, dict[float, Fitted]]:
     """Each rate trained to convergence under the stopping rule: the rate with the lowest converged validation loss,
-    its fit, and every rate's fit (a rate that diverges drops out with a warning)."""
+    its fit, and every rate's fit (a rate that diverges drops out with a warning). A fit the epoch budget ended has
+    no converged loss (it was still falling): it is chosen only when no candidate converged."""
     phase = "kept" if len(rates) == 1 else "candidate"
     fitted = {}
     for lr in rates:
@@ -177,7 +179,8 @@ def converged_choice(protocol: Protocol, rates: Sequence[float]) -> tuple[float,
             warnings.warn(f"learning rate {lr:g} left out of the choice: {error}", stacklevel=2)
     if not fitted:
         raise TrainingDiverged(f"training diverged at every candidate rate {list(rates)}: lower train.lr_grid")
-    chosen = min(fitted, key=lambda lr: validation_loss(fitted[lr].metrics))
+    converged = [lr for lr in fitted if not fitted[lr].metrics.get("budget_bound")] or list(fitted)
+    chosen = min(converged, key=lambda lr: validation_loss(fitted[lr].metrics))
     return chosen, fitted[chosen], fitted
 
 
@@ -215,7 +218,9 @@ def train_with_control(protocol: Protocol, rates: Sequence[float], matched: floa
     if not is_worker():  # a DDP worker goes on to the stage's next fit with rank 0; rank 0 owns the files
         shutil.rmtree(protocol.plan.checkpoints, ignore_errors=True)  # finished: nothing left to resume
     screened = {"lr_at_edge": float(at_edge), "lr_rates_tried": float(len(rows)), "lr_screened": screened_lr,
-                "lr_moved": float(kept_lr != screened_lr)}
+                "lr_moved": float(kept_lr != screened_lr),
+                "lr_candidates_budget_bound": float(sum(bool(item.metrics.get("budget_bound"))
+                                                        for item in full.values()))}
     return Trained(kept.module, {"lr": kept_lr, **screened, **kept.metrics, **controls}, kept.curves,
                    pd.DataFrame(rows), epoch_frame(kept, kept if matched == kept_lr else matched_fit))
 
