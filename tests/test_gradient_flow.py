@@ -1,6 +1,8 @@
 """Gradient flow on p with E frozen: |p_t| grows, the loss falls, the important tokens get selected; the steps
 follow the flow, and the checks of both can come out either way."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -139,6 +141,11 @@ def test_a_bounded_flow_within_the_growth_rules_stated_reach_is_not_called_unbou
         beyond = [(growth, ratio) for _, growth, ratio in planted if ratio > 1.2 * reach]
         assert within and all(growth < 0.5 for growth, _ in within)
         assert beyond and all(growth >= 0.5 for growth, _ in beyond)
+    # At the synthetic datasets' own horizon the loss's gradient and the penalty are tiny (1e-10, 1e-13): the bound
+    # is still found, beyond |p_T| and nearer to it the larger the penalty.
+    far = _penalised_flows(0, (0.25, 0.05, 0.003), horizon=1e10)
+    assert all(math.isfinite(ratio) for _, _, ratio in far)
+    assert far[0][2] < 1.01 < far[1][2] < far[2][2]
 
 
 def test_small_passes_run_on_one_thread_and_match_the_threaded_path(monkeypatch):

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import scipy.optimize
 
 from toksel.data.corpus import PackedSplit
 from toksel.data.token_table import TokenTable
@@ -67,17 +66,22 @@ def log_growth(times: np.ndarray, p_norm: np.ndarray) -> float:
     return late / average if average > 0 else float("nan")
 
 
+SETTLING = 40.0  # the penalised flow is followed on for this many times 1/penalty, its slowest time scale
+BOUND_RESIDUAL = 1e-3  # the gradient it may keep there, times 1/penalty, relative to |p|: p* within that of it
+
+
 def bound_ratio(E: np.ndarray, v: np.ndarray, bags: FusedBags, penalty: float, p_end: np.ndarray) -> float:
     """How far beyond its end a penalised flow's bound lies: |p*| / |p_T|, p* the minimiser of L + penalty/2 |p|^2
-    that the flow runs to, found by L-BFGS from its end p_T (the flow is already in its basin). A bounded flow whose
-    ratio is near 1 has settled; one whose bound lies far beyond |p_T| looks, up to T, like unbounded growth. NaN
-    when the minimiser is not found."""
-    field = FlowField(E, v, bags, penalty)
-    found = scipy.optimize.minimize(field, p_end.astype(np.float64), jac=True, method="L-BFGS-B",
-                                    options={"maxiter": 10_000, "gtol": 1e-10, "ftol": 0.0})
-    if not found.success:
+    that the flow runs to, found by following the same flow on from its end p_T for SETTLING / penalty (near p*
+    its Hessian is at least the penalty, so the distance left falls at least as exp(-penalty t)). A bounded flow
+    whose ratio is near 1 has settled; one whose bound lies far beyond |p_T| looks, up to T, like unbounded
+    growth. NaN when the gradient left is not small (the flow has not settled)."""
+    on = run_gradient_flow(E, p_end, v, bags, Integration(SETTLING / penalty, 1e-5), penalty=penalty)
+    end = on.p[-1]
+    _, gradient = FlowField(E, v, bags, penalty)(end)
+    if np.linalg.norm(gradient) / penalty > BOUND_RESIDUAL * np.linalg.norm(end):
         return float("nan")
-    return float(np.linalg.norm(found.x) / np.linalg.norm(p_end))
+    return float(np.linalg.norm(end) / np.linalg.norm(p_end))
 
 
 SETTLED_TOLERANCE = 0.1  # the two doublings' readings of log_growth agree within this (see `growth_settledness`)
