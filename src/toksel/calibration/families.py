@@ -332,9 +332,10 @@ def crossing_along(ladder: Sequence[float], curve: Sequence[dict[str, Any]]) -> 
 
 def growth_reach(crossing: dict[str, float | None], ratios: dict[float, float]) -> dict[str, Any]:
     """The growth rule's reach: the bound over |p_T| of the penalised flow at the penalty where the rule's power
-    reaches 0.8 (linear between the two rungs around it). A flow bounded nearer than this to its end is told apart
-    (called bounded at least 4 times in 5); one bounded further out reads as growth, so a holding verdict says that
-    any bound lies beyond it. None where the crossing or the rungs' ratios are missing."""
+    reaches 0.8 (linear between the two rungs around it). A flow bounded further out than this from its end reads
+    as growth at least 4 times in 5, so a holding verdict says only that any bound lies about that far out or
+    beyond; one bounded nearer is called growing less often. None where the crossing or the rungs' ratios are
+    missing."""
     effect = crossing.get("effect")
     rungs = sorted(ratios.items())
     listed = [{"penalty": penalty, "bound_ratio": ratio} for penalty, ratio in rungs]
