@@ -62,6 +62,17 @@ def test_the_one_steps_update_along_v_from_the_projections_alone_is_the_full_ste
                                                                                                          rel=0.05)
 
 
+def _planted_tokens(config) -> PlantedAnswers:
+    """Planted answers on 400 tokens of two classes (training and held-out counts, Dirichlet posteriors), three
+    seeds a verdict."""
+    rng = np.random.default_rng(0)
+    tokens = 400
+    posterior = rng.dirichlet([0.6, 0.6], tokens)
+    population = TokenPopulation(rng.integers(20, 400, tokens), rng.integers(10, 100, tokens), posterior,
+                                 np.array([0.5, 0.5]))
+    return PlantedAnswers(population, 0.01, (0.8, 0.8), config, seeds=3, salt=2)
+
+
 def test_a_rule_holds_at_the_papers_size_and_loses_its_power_half_way_to_its_threshold(synthetic, config):
     """The one step's size check (the slope within 5 % of eta0/2): all of the labels' signal gives the slope, a
     share of 0.9 a slope 10 % off, twice the tolerance; the rank rule on planted token scores: a model following
@@ -75,12 +86,7 @@ def test_a_rule_holds_at_the_papers_size_and_loses_its_power_half_way_to_its_thr
     curve = operating_curve(BY_ID[size.claim], config, (0.9, 1.0), draw, Precision(0.1, 32))
     assert curve[0]["rate"] < 0.5 < 0.8 <= curve[1]["rate"]
 
-    rng = np.random.default_rng(0)
-    tokens = 400
-    posterior = rng.dirichlet([0.6, 0.6], tokens)
-    population = TokenPopulation(rng.integers(20, 400, tokens), rng.integers(10, 100, tokens), posterior,
-                                 np.array([0.5, 0.5]))
-    planted = PlantedAnswers(population, 0.01, (0.8, 0.8), config, seeds=3, salt=2)
+    planted = _planted_tokens(config)
     rank = BY_NAME["rank"]
     curve = operating_curve(BY_ID[rank.claim], config, (0.25, 0.95), planted.for_family(rank), Precision(0.1, 48))
     assert curve[0]["mean_statistic"] == pytest.approx(0.25, abs=0.1) and curve[0]["rate"] < 0.5
@@ -121,12 +127,7 @@ def test_a_rule_calibrated_with_a_rows_own_seed_noise_loses_the_power_the_token_
     """The U-shape rule at its reference (a model following |posterior difference| with correlation 0.8): with the
     token draws' own noise it holds nearly always; with a row's between-seed spread of 0.116 (the two-layer
     model's, as a referee measured it) far less often, and the added noise makes the planted spread that row's."""
-    rng = np.random.default_rng(0)
-    tokens = 400
-    posterior = rng.dirichlet([0.6, 0.6], tokens)
-    population = TokenPopulation(rng.integers(20, 400, tokens), rng.integers(10, 100, tokens), posterior,
-                                 np.array([0.5, 0.5]))
-    planted = PlantedAnswers(population, 0.01, (0.8, 0.8), config, seeds=3, salt=2)
+    planted = _planted_tokens(config)
     family = dataclasses.replace(BY_NAME["u_shape"], ladder=(0.8,))
     narrow = planted.planted_spread(family)
     added = added_spread(0.116, narrow)
