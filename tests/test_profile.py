@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers import ROOT
 from toksel.runtime.config import load_config
+from tools import profile
 from tools.profile import main, newest_experiment, read_profile, settings, synthetic_targets
 
 
@@ -86,3 +87,16 @@ def test_a_variant_starts_from_the_profiles_own_run_rather_than_from_a_newer_var
     assert newest_experiment("quick", quick) == ("base", "# base\n")
     assert newest_experiment("quick", {"profile": "quick", "lr": 0.5}) == ("variant", "# variant\n")
     assert newest_experiment("paper", None) == ("other", "# other\n")
+
+
+def test_the_closing_line_finds_an_experiment_whose_baseline_is_no_longer_head(monkeypatch):
+    """A commit made while `make quick` ran moves HEAD off the experiment's baseline: `dvc exp list` then shows
+    HEAD's experiments only, and the closing line must still name the experiment that exists."""
+    def dvc(args, **_):
+        found = "quick-1" if "--all-commits" in args else ""
+        return subprocess.CompletedProcess(args, 0, stdout=found, stderr="")
+
+    monkeypatch.setattr(profile.subprocess, "run", dvc)
+    monkeypatch.setattr(profile, "parent_run", lambda name: True)
+    assert profile.closing("quick-1").startswith("its results are in the DVC experiment quick-1")
+    assert profile.closing("quick-2").startswith("DVC kept no experiment quick-2")

@@ -198,7 +198,9 @@ def _interrupted(signum: int, frame: object) -> None:
 
 def closing(experiment: str) -> str:
     """Where the experiment's results are, naming only what exists: the DVC experiment, its MLflow parent run."""
-    listed = subprocess.run(["dvc", "exp", "list", "--name-only"], capture_output=True, text=True).stdout.split()
+    # Every commit's: a commit made while the experiment ran moves HEAD off the experiment's baseline.
+    listed = subprocess.run(["dvc", "exp", "list", "--all-commits", "--name-only"], capture_output=True,
+                            text=True).stdout.split()
     if experiment not in listed:
         return (f"DVC kept no experiment {experiment} (nothing ran, or it was not saved): `dvc exp show` lists "
                 "those kept")
