@@ -24,6 +24,7 @@ from typing import Any
 
 from toksel.claims.catalogue import Assessment, Claim, Measurement, Statistic, assess
 from toksel.claims.ledger import ABSENT, CHANGED, NOT_SET
+from toksel.claims.measurements import MATCHED, SCREENED
 from toksel.claims.verdict import judge, judge_within
 from toksel.runtime.io import read_json
 from toksel.runtime.paths import results_dir
@@ -121,8 +122,6 @@ def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]]
     return RuleHistory(CHANGED_TEXT, tuple(changes), verdict, note, each)
 
 
-MATCHED = "matched lr"  # claims/measurements.py's protocol of the rule before: one rate, the old 20-epoch budget
-SCREENED = "screened lr"  # and of the rule before the choice by converged validation loss
 
 
 def _own_key(component: str) -> str:
