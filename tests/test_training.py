@@ -17,7 +17,8 @@ from mlflow import MlflowClient
 
 from pipelines import compare, d_sweep, gradient_flow, train
 from tests.helpers import ALL_ARMS, OPTIMISER, TINY, TINY_TRAIN, published_runs, seed_folder
-from toksel.claims.measurements import EQUAL, MATCHED, SCREENED, grid_runs
+from toksel.claims.measurements import grid_runs
+from toksel.claims.protocols import EQUAL, MATCHED, SCREENED
 from toksel.data.corpus import PackedSplit
 from toksel.data.draws import data_dir
 from toksel.data.token_table import TokenTable, read_token_table

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from toksel.claims.catalogue import CLAIMS, CONTROL_PREFIX, Measurement, Regime, in_scope, measure
+from toksel.claims.protocols import CONVERGED_PREFIX, EQUAL, MATCHED, SCREEN_PREFIX, SCREENED, THEORY
 from toksel.data.draws import data_dir
 from toksel.data.token_table import read_token_table
 from toksel.params import EMBEDDINGS, Config, TrainConfig
@@ -36,11 +37,6 @@ from toksel.theory.token_curves import CurveSettings, token_curves
 Runs = dict[int, dict[str, dict[str, Any]]]  # seed -> run name -> metrics
 PROTOCOL_CLAIMS = ("accuracy_gap", "accuracy_gap_size", "spread_ratio_v", "spread_ratio_v_size", "spread_ratio_p",
                    "spread_ratio_p_size")
-MATCHED, TUNED, EQUAL, THEORY = "matched lr", "tuned lr", "equal steps", "theory protocol"
-SCREENED = "screened lr"  # each arm at its screen's choice, trained to convergence: the rule before the choice by
-# converged validation loss (the ledger's old verdict)
-SCREEN_PREFIX = "screen_"  # a rate's metrics after the screen in grid.csv (training/protocol.py writes them)
-CONVERGED_PREFIX = "converged_"  # a candidate rate's metrics trained to convergence, in grid.csv
 
 
 def curve_settings(settings: TrainConfig) -> CurveSettings:

@@ -31,7 +31,8 @@ from toksel.claims.catalogue import (
     in_scope,
     measure,
 )
-from toksel.claims.measurements import EQUAL, MATCHED, PROTOCOL_CLAIMS, SCREENED, THEORY, TUNED, claim_runs
+from toksel.claims.measurements import PROTOCOL_CLAIMS, claim_runs
+from toksel.claims.protocols import EQUAL, MATCHED, SCREENED, THEORY, TUNED
 from toksel.params import Config
 from toksel.runtime.config import load_config
 from toksel.runtime.io import pending, read_json, require_output

@@ -24,7 +24,7 @@ from typing import Any
 
 from toksel.claims.catalogue import Assessment, Claim, Measurement, Statistic, assess
 from toksel.claims.ledger import ABSENT, CHANGED, NOT_SET
-from toksel.claims.measurements import MATCHED, SCREENED
+from toksel.claims.protocols import MATCHED, SCREENED
 from toksel.claims.verdict import judge, judge_within
 from toksel.runtime.io import read_json
 from toksel.runtime.paths import results_dir
@@ -120,8 +120,6 @@ def history(item: Assessment, dataset: str, records: Sequence[Mapping[str, Any]]
     each = tuple((record["component"], *_old_verdict(item, {record["component"]: record["previous"]}, config,
                                                      remeasure)) for record in changes) if len(changes) > 1 else ()
     return RuleHistory(CHANGED_TEXT, tuple(changes), verdict, note, each)
-
-
 
 
 def _own_key(component: str) -> str:

@@ -48,7 +48,7 @@ import pandas as pd
 import pytorch_lightning as pl
 
 from toksel.claims.catalogue import CONTROL_PREFIX
-from toksel.claims.measurements import CONVERGED_PREFIX, SCREEN_PREFIX
+from toksel.claims.protocols import CONVERGED_PREFIX, SCREEN_PREFIX
 from toksel.runtime.distributed import is_worker
 from toksel.training.classifier import ClassifierModule
 from toksel.training.fit import FitPlan, FitResult, TrainingDiverged, fit
