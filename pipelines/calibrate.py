@@ -70,17 +70,6 @@ def judged_on(family: Family, config: Config, datasets: dict[str, Config]) -> li
             if any(in_scope(claim, name, datasets[name].data, config) for claim in claims)]
 
 
-def accuracy_spread(dataset: str, config: Config) -> float | None:
-    """The seed-to-seed standard deviation of test accuracy in the dataset's runs under the claims' protocol (each
-    arm's kept fit), pooled over the trained and untrained arms; None before the train stage has run on it."""
-    runs = dataset_runs(dataset, config, arms=True)
-    arms = [[seed[arm]["test_accuracy"] for seed in runs.values() if "test_accuracy" in seed.get(arm, {})]
-            for arm in ("trained", "untrained")]
-    if any(len(values) < 2 for values in arms):
-        return None
-    return statistics.fmean(statistics.variance(values) for values in arms) ** 0.5
-
-
 def pair_spread(own: Config) -> tuple[int, float] | None:
     """The number of test pair sequences and the seed-to-seed standard deviation of the accuracy on them, pooled
     over the pair dataset's models (pair.variants); None before the pair stage has run."""
@@ -141,8 +130,8 @@ class Sources:
                           "the thousands a rate needs would not fit the pipeline's time")
         if kind != "flow" and not (processed_dir(dataset) / MANIFEST).exists():
             return None, f"its data are not prepared: run prepare@{dataset}"
-        if kind == "planted" and family.source == "accuracy" and accuracy_spread(dataset, self.config) is None:
-            return None, f"the train stage has not run on {dataset}"
+        if family.source == "accuracy" and not real_spreads(family, dataset, self.config, own):
+            return None, f"the train stage has not run on {dataset}: its gaps' spread is the known answers' noise"
         if kind == "pair_accuracy" and pair_spread(own) is None:
             return None, f"the pair stage has not run on {dataset}"
         if kind == "planted":  # drawn by planted_rows, a process a dataset
@@ -198,12 +187,11 @@ def planted_rows(config: Config, datasets: dict[str, Config], group: tuple[str, 
     dataset, names = group
     tokens = read_token_table(data_dir(dataset, config.training_seeds[0]) / "tokens.csv")
     answers = PlantedAnswers(TokenPopulation.of(tokens, config.train.heldout_min_count),
-                             accuracy_spread(dataset, config), trained_fidelity(dataset, config), config,
-                             len(config.training_seeds), salt(dataset))
+                             trained_fidelity(dataset, config), config, len(config.training_seeds), salt(dataset))
     rows = []
     for name in names:
         family = BY_NAME[name]
-        spreads = {} if family.source == "accuracy" else real_spreads(family, dataset, config, datasets[dataset])
+        spreads = real_spreads(family, dataset, config, datasets[dataset])
         if not spreads:
             rows.append(row(family, dataset, answers.for_family(family), config))
             continue

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import ROOT, TINY, throwaway_project
-from toksel.calibration.curves import TokenPopulation
+from toksel.calibration.curves import TokenPopulation, accuracy_gaps
 from toksel.calibration.families import (
     BY_NAME,
     PlantedAnswers,
@@ -70,7 +70,7 @@ def _planted_tokens(config) -> PlantedAnswers:
     posterior = rng.dirichlet([0.6, 0.6], tokens)
     population = TokenPopulation(rng.integers(20, 400, tokens), rng.integers(10, 100, tokens), posterior,
                                  np.array([0.5, 0.5]))
-    return PlantedAnswers(population, 0.01, (0.8, 0.8), config, seeds=3, salt=2)
+    return PlantedAnswers(population, (0.8, 0.8), config, seeds=3, salt=2)
 
 
 def test_a_rule_holds_at_the_papers_size_and_loses_its_power_half_way_to_its_threshold(synthetic, config):
@@ -141,11 +141,20 @@ def test_a_rule_calibrated_with_a_rows_own_seed_noise_loses_the_power_the_token_
     assert spread == pytest.approx(0.116, rel=0.15)  # three seeds' sample sd, a little below the sd itself
 
 
+def test_the_planted_accuracy_gaps_carry_the_runs_spread_with_tails_heavier_than_a_gaussians():
+    """Three seeds tell the gaps' spread, not their shape: the planted gaps have the spread asked for, and tails a
+    Gaussian's kurtosis (3) would not show, where a t-rule could lose its nominal rate."""
+    rng = np.random.default_rng(0)
+    gaps = np.array([accuracy_gaps(0.05, 0.02, 3, rng) for _ in range(20_000)]).ravel()
+    assert gaps.mean() == pytest.approx(0.05, abs=5e-4) and gaps.std() == pytest.approx(0.02, rel=0.05)
+    assert np.mean((gaps - gaps.mean()) ** 4) / gaps.var() ** 2 > 4.5
+
+
 def test_a_family_row_reads_its_power_at_the_papers_size_and_its_false_positives_at_the_null(config):
     claim = BY_ID["accuracy_gap"]
-    planted = PlantedAnswers(None, 0.01, (0.8, 0.8), config, seeds=3, salt=3)
+    planted = PlantedAnswers(None, (0.8, 0.8), config, seeds=3, salt=3)
     family = dataclasses.replace(BY_NAME["accuracy_gap"], ladder=(0.0, 0.05, 0.23))
-    found = row(family, "imdb", planted.for_family(family), config)
+    found = row(family, "imdb", planted.for_family(family, 0.01), config)
     assert found["power"]["effect"] == 0.23 and found["power"]["rate"] == 1.0
     assert found["null"]["effect"] == 0.0 and found["null"]["rate"] <= 0.1 and found["calibrated"]
     assert found["claim"] == claim.id and [point["effect"] for point in found["curve"]] == [0.0, 0.05, 0.23]

@@ -5,7 +5,7 @@ run them, on replicates where the answer is known.
 - theory.py: the one step and the gradient flow on small synthetic data whose labels keep all, half or none of
   their signal, and the flow with a bounded |p_t|.
 - curves.py: token scores planted on a dataset's own token statistics, redrawn per seed (the measurement noise
-  of its held-out statistics), for the curve, rank and spread families; test accuracies with the seed-to-seed
-  spread of our runs, for the accuracy gap.
+  of its held-out statistics), for the curve, rank and spread families; the arms' test accuracy
+  gaps with the between-seed spread of our runs' gaps (heavy-tailed), for the accuracy gap.
 - families.py: which claim's rule each family calibrates, on which known answers, and the stage's table.
 """

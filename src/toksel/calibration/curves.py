@@ -14,8 +14,8 @@ Ranks are all the statistics read, so alpha_s is drawn in count form: (c_1 - c_0
 (c_k - n_s / K) / N for class k of K (the exact alpha_s weighs each occurrence by 1/T of its review, which moves
 a token's rank little).
 
-The accuracy gap's known answers are test accuracies drawn per seed around a planted mean with the seed-to-seed
-spread our own runs show (the arms' pooled standard deviation over the training seeds).
+The accuracy gap's known answers are the gap between the arms' test accuracies drawn per seed around a planted
+gap, with the between-seed spread of the real runs' gaps and tails heavier than a Gaussian's (accuracy_gaps).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from toksel.claims.paper import REBUTTAL_ACCURACY
 from toksel.data.frequency import posterior_difference
 from toksel.data.token_table import TokenTable
 from toksel.theory.token_curves import CurveSettings, binned_curves, heldout_tokens, spreads, token_curves
@@ -144,9 +143,14 @@ def spread_statistics(drawn: Drawn, tighter: float, fidelity: tuple[float, float
             for name in ("bin_spread", "bin_std") for vector in ("v", "p")}
 
 
+ACCURACY_TAIL_DF = 4  # the seeds' noise: a Student t this many degrees of freedom, tails heavier than a Gaussian's
+
+
 def accuracy_gaps(gap: float, spread: float, seeds: int, rng: np.random.Generator) -> list[float]:
-    """One verdict's seeds: trained minus untrained test accuracy, each arm drawn around its planted mean (the
-    untrained arm at the rebuttal's 0.72, the trained arm `gap` above) with the seed-to-seed `spread`."""
-    trained = REBUTTAL_ACCURACY["untrained"] + gap + spread * rng.standard_normal(seeds)
-    untrained = REBUTTAL_ACCURACY["untrained"] + spread * rng.standard_normal(seeds)
-    return list(trained - untrained)
+    """One verdict's seeds: trained minus untrained test accuracy, `gap` plus noise of standard deviation `spread`
+    (the between-seed spread of the real runs' gaps, which carries the two arms' correlation within a seed). Three
+    seeds tell a spread, not a shape, so the noise is a Student t of ACCURACY_TAIL_DF degrees of freedom scaled to
+    that spread: a t-rule keeps its nominal rate on Gaussian numbers by construction, and heavier tails are where
+    it could fail to."""
+    scale = spread / math.sqrt(ACCURACY_TAIL_DF / (ACCURACY_TAIL_DF - 2))
+    return list(gap + scale * rng.standard_t(ACCURACY_TAIL_DF, seeds))

@@ -131,8 +131,9 @@ FAMILIES: tuple[Family, ...] = (
            "curves", FIDELITIES, "fidelity", REFERENCE_FIDELITY, 0.0, paper=False),
     *_spread("v", 8.0),
     *_spread("p", 6.0),
-    Family("accuracy_gap", "accuracy_gap", "gap", "test accuracies per seed, the trained arm a planted gap above the "
-           "untrained one (0: A/A), each with the seed-to-seed spread of our runs", "accuracy",
+    Family("accuracy_gap", "accuracy_gap", "gap", "the trained arm's test accuracy minus the untrained "
+           "one's per seed, a planted gap (0: A/A) plus the between-seed spread of our runs' gaps, Student t noise "
+           "(4 degrees of freedom)", "accuracy",
            (0.0, 0.01, 0.02, 0.05, 0.1, PAPER_GAP), "gap", PAPER_GAP, 0.0),
     Family("accuracy_gap_size", "accuracy_gap_size", "gap", "as accuracy_gap; its null: half the paper's gap",
            "accuracy", (PAPER_GAP / 4, PAPER_GAP / 2, 0.17, PAPER_GAP, 0.35, 2 * PAPER_GAP), "gap", PAPER_GAP,
@@ -260,13 +261,12 @@ SPREAD_REPLICATES = 32  # replicates at the reference that estimate the planted 
 
 
 class PlantedAnswers:
-    """The training families' known answers on one dataset's token statistics, or test accuracies with the
-    spread of its runs: cheap draws, made in this process from their own seeded generators."""
+    """The training families' known answers on one dataset's token statistics, or accuracy gaps with the
+    spread of its runs': cheap draws, made in this process from their own seeded generators."""
 
-    def __init__(self, population: TokenPopulation | None, accuracy_spread: float | None,
-                 fidelity: tuple[float, float], config: Config, seeds: int, salt: int) -> None:
-        self.population, self.accuracy_spread, self.config, self.seeds, self.salt = (
-            population, accuracy_spread, config, seeds, salt)
+    def __init__(self, population: TokenPopulation | None, fidelity: tuple[float, float], config: Config, seeds: int,
+                 salt: int) -> None:
+        self.population, self.config, self.seeds, self.salt = population, config, seeds, salt
         self.fidelity = fidelity  # the real trained arm's, (p's, v's): the scatter the spread's arms start from
         self.settings = curve_settings(config.train)  # the claims' own binning and choice of tokens
         self._drawn: dict[tuple, dict[str, float]] = {}
@@ -295,7 +295,10 @@ class PlantedAnswers:
 
     def planted_spread(self, family: Family) -> float:
         """The between-seed standard deviation of the family's statistic at its reference, as planted (the token
-        draws' own noise): the root mean within-replicate variance over SPREAD_REPLICATES replicates."""
+        draws' own noise): the root mean within-replicate variance over SPREAD_REPLICATES replicates; 0 for the
+        accuracy gap, whose planted gaps carry no noise but the seeds' own."""
+        if family.source == "accuracy":
+            return 0.0
         variances = []
         for replicate in range(SPREAD_REPLICATES):
             finite = [value for value in self._seeds(family, family.reference, replicate) if math.isfinite(value)]
@@ -307,8 +310,7 @@ class PlantedAnswers:
         """The family's draws; `added`: the standard deviation of a seed's own noise put on each seed's statistic
         (the same at every rung of a replicate), so that the planted between-seed spread matches a real row's."""
         if family.source == "accuracy":
-            return loop(lambda gap, replicate: accuracy_gaps(gap, self.accuracy_spread, self.seeds,
-                                                             self._rng(0, replicate)))
+            return loop(lambda gap, replicate: accuracy_gaps(gap, added, self.seeds, self._rng(0, replicate)))
 
         def draw(effect: float, replicate: int) -> list[float]:
             values = self._seeds(family, effect, replicate)

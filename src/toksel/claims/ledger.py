@@ -52,6 +52,8 @@ PACKAGE = "src/toksel/claims"  # the claims package (from commit 9c8f82e on): ca
 OLD_MODULES = ("src/toksel/claims.py", "src/toksel/verdict.py")  # the claims module before the package
 HISTORY_PATHS = (PARAMS, *OLD_MODULES, f"{PACKAGE}/catalogue.py", f"{PACKAGE}/verdict.py")
 RESULTS = "results/"
+SHORT_HASH = 7  # a commit's short name: git's own length grows with the objects a clone holds, and the ledger
+# and docs/verdicts.md would then differ between clones (git still lengthens a name that would be ambiguous)
 
 THRESHOLD_VALUE = "threshold_value"
 UNCOMMITTED = "uncommitted"
@@ -147,7 +149,8 @@ def _history_missing(root: Path) -> str:
 
 def _commits(root: Path) -> list[tuple[str, str, str, str]]:
     """(hash, short hash, first parent, subject) of the commits that touched HISTORY_PATHS, oldest first."""
-    out = _git(root, "log", "--reverse", "--format=%H%x1f%h%x1f%P%x1f%B%x1e", "--", *HISTORY_PATHS)
+    out = _git(root, "log", "--reverse", f"--abbrev={SHORT_HASH}", "--format=%H%x1f%h%x1f%P%x1f%B%x1e", "--",
+               *HISTORY_PATHS)
     commits = []
     for entry in out.stdout.decode(errors="replace").split("\x1e"):
         if entry.strip():
@@ -552,7 +555,7 @@ def _named_in_results(root: Path, commit: str, dataset: str, ids: Sequence[str])
 
 
 def _head_line(root: Path, snapshots: Sequence[Snapshot]) -> str:
-    out = _git(root, "log", "-1", "--format=%h%x1f%B", "HEAD").stdout.decode(errors="replace")
+    out = _git(root, "log", "-1", f"--abbrev={SHORT_HASH}", "--format=%h%x1f%B", "HEAD").stdout.decode(errors="replace")
     short, _, message = out.partition("\x1f")
     dirty = " (and the working tree's uncommitted changes to params.yaml or the claims module)" \
         if snapshots and snapshots[-1].label == UNCOMMITTED else ""
