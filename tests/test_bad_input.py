@@ -19,6 +19,7 @@ from mlflow import MlflowClient
 from pipelines import check_params, evaluate, gradient_flow, one_step, prepare
 from tests.helpers import ROOT, TINY, free_port
 from toksel import publish
+from toksel.runtime import memory
 
 
 def _one_line(capsys: pytest.CaptureFixture, stage: str) -> str:
@@ -240,6 +241,57 @@ def test_params_changed_while_a_stage_runs_stop_it_before_its_outputs_replace_th
     assert gradient_flow.main([*TINY, "gradient_flow.horizon=5e3"]) == 2
     assert "params.yaml changed while this stage ran" in _one_line(capsys, "gradient_flow")
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+GiB = 2**30
+V1_NO_LIMIT = "9223372036854771712"  # what cgroup v1 writes for no limit
+
+CGROUP_TREES = {  # /proc/self/cgroup's lines, the files of the cgroup mount, what is left
+    "v2, the session's own limit": ("0::/user.slice/session.scope\n", {
+        "user.slice/session.scope/memory.max": 3 * GiB, "user.slice/session.scope/memory.current": GiB,
+        "user.slice/memory.max": "max", "user.slice/memory.current": 5 * GiB}, 2 * GiB),
+    "v2, a tighter ancestor": ("0::/user.slice/session.scope\n", {
+        "user.slice/session.scope/memory.max": 8 * GiB, "user.slice/session.scope/memory.current": GiB,
+        "user.slice/memory.max": 4 * GiB, "user.slice/memory.current": 3 * GiB}, GiB),
+    "v1, the session's own limit": ("4:memory:/process_api/a1\n3:cpu:/\n0::/\n", {
+        "memory/memory.limit_in_bytes": V1_NO_LIMIT, "memory/memory.usage_in_bytes": 9 * GiB,
+        "memory/process_api/a1/memory.limit_in_bytes": 3 * GiB, "memory/process_api/a1/memory.usage_in_bytes": GiB},
+        2 * GiB),
+    "v1, a tighter ancestor": ("4:cpuacct,memory:/process_api/a1\n", {
+        "memory/process_api/memory.limit_in_bytes": 2 * GiB, "memory/process_api/memory.usage_in_bytes": GiB // 2,
+        "memory/process_api/a1/memory.limit_in_bytes": 3 * GiB, "memory/process_api/a1/memory.usage_in_bytes": GiB},
+        3 * GiB // 2),
+    "v1, the own folder not mounted (a container without a cgroup namespace)": ("4:memory:/docker/f00\n", {
+        "memory/memory.limit_in_bytes": GiB, "memory/memory.usage_in_bytes": GiB // 4}, 3 * GiB // 4),
+    "no limit": ("0::/user.slice\n", {"user.slice/memory.max": "max", "user.slice/memory.current": GiB}, None),
+}
+
+
+def fake_cgroups(tmp_path: Path, membership: str, files: dict[str, object]) -> tuple[Path, Path]:
+    """A cgroup mount holding `files` under tmp_path, and a /proc/self/cgroup whose lines are `membership`."""
+    root = tmp_path / "cgroup"
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{content}\n")
+    (tmp_path / "self_cgroup").write_text(membership)
+    return root, tmp_path / "self_cgroup"
+
+
+@pytest.mark.parametrize("tree", list(CGROUP_TREES))
+def test_the_memory_guard_reads_the_process_own_cgroup_and_its_ancestors(tmp_path, tree):
+    """A session's cgroup limited to 3 GiB under a machine's 20 GiB once let a 3.8 GiB draw past the guard."""
+    membership, files, left = CGROUP_TREES[tree]
+    assert memory.cgroup_left(*fake_cgroups(tmp_path, membership, files)) == left
+
+
+def test_a_stage_stops_at_its_cgroup_limit(prepared, capsys, monkeypatch, tmp_path):
+    root, membership = fake_cgroups(tmp_path, "0::/session.scope\n", {
+        "session.scope/memory.max": 3 * GiB, "session.scope/memory.current": 3 * GiB - 2**28})  # 256 MiB left
+    monkeypatch.setattr(memory, "CGROUP_ROOT", root)
+    monkeypatch.setattr(memory, "MEMBERSHIP", membership)
+    args = ["data.synthetic.mode=independent", "data.synthetic.n_train=10000", "data.synthetic.seq_len=1000"]
+    assert prepare.main([*TINY, *args]) == 2  # 0.6 GiB: a cgroup's limit, not the machine's memory, refuses it
+    assert "GiB, more than the 0.2 GiB available" in _one_line(capsys, "prepare")
 
 
 def test_the_memory_guard_sees_an_address_space_limit():
