@@ -9,6 +9,7 @@ import re
 import resource
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -162,6 +163,37 @@ def test_a_yaml_alias_is_refused_before_it_expands(project, capsys, depth):
         f"  {line}\n" for line in bomb.splitlines()))
     assert check_params.main([]) == 2
     assert "uses a YAML alias (*" in _one_line(capsys, "check_params")
+
+
+DEEP = {  # text appended to params.yaml
+    "lists 50,000 deep": lambda: "deep: " + "[" * 50_000 + "]" * 50_000 + "\n",
+    "a mapping 2,000 deep": lambda: "".join(f"{' ' * level}k{level}:\n" for level in range(2_000)),
+}
+
+
+@pytest.mark.parametrize("deep", list(DEEP))
+def test_deep_nesting_is_refused_before_it_is_parsed(project, capsys, deep):
+    """50,000 nested lists were not parsed after 120 s, 2,000 nested mappings overflowed the stack."""
+    params = project / "params.yaml"
+    params.write_text(params.read_text() + DEEP[deep]())
+    for stage, module in (("check_params", check_params), ("prepare", prepare)):
+        start = time.monotonic()
+        assert module.main([]) == 2
+        assert time.monotonic() - start < 10
+        assert "params.yaml nests mappings and lists more than 16 levels deep at line" in _one_line(capsys, stage)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("base.seeds=" + "[" * 50_000 + "]" * 50_000, "the override base.seeds=... nests mappings and lists more than 16"),
+    ("base" + ".x" * 3_000 + "=1", "nests mappings and lists more than 16 levels deep: no setting lies deeper"),
+    ("base.seeds=[&a 1, *a]", "the override base.seeds=... uses a YAML alias (*a): write the values out"),
+    ("base.seeds=[0", "the override base.seeds=...: its value is not valid YAML: expected ',' or ']'"),
+], ids=["a value nested 50,000 deep", "a key 3,000 deep", "an alias", "a value that is not YAML"])
+def test_overrides_are_checked_as_params_yaml_is(project, capsys, override, message):
+    start = time.monotonic()
+    assert check_params.main([override]) == 2
+    assert time.monotonic() - start < 10
+    assert message in _one_line(capsys, "check_params")
 
 
 def test_a_file_size_limit_ends_a_stage_in_one_line(prepared):

@@ -37,13 +37,40 @@ def _check_interpolations(path: Path, params: Any) -> None:
     walk(OmegaConf.to_container(params, resolve=False), "")
 
 
-def _check_aliases(path: Path, text: str) -> None:
-    """Refuse any YAML alias, found in the parser's events (which cost what the text does) before anything expands
-    it: params.yaml uses none, and a few dozen nested ones expand to gigabytes (a "billion laughs")."""
+# How deep mappings and lists may nest. params.yaml's deepest value lies five levels down
+# (datasets.<name>.data.synthetic.<key>) and the schema takes nothing deeper, so 16 refuses no setting; without a
+# bound, PyYAML's scanner revisits every open level at each token (6,000 levels took 34 s) and its composer recurses
+# once per level (2,000 overflowed the stack).
+MAX_DEPTH = 16
+
+
+def _check_structure(text: str, where: str, depth: int = 0, lines: bool = True) -> None:
+    """Refuse any YAML alias and any nesting deeper than MAX_DEPTH (counting `depth` levels around `text`), found in
+    the parser's events one at a time, before anything builds or expands them: params.yaml uses no alias, and a few
+    dozen nested ones expand to gigabytes (a "billion laughs"). `where` names the text; `lines`: it has lines to
+    point at."""
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        at = f" at line {event.start_mark.line + 1}" if lines else ""
         if isinstance(event, yaml.AliasEvent):
-            raise ToksError(f"config error: {path} uses a YAML alias (*{event.anchor}) at line "
-                            f"{event.start_mark.line + 1}: write the values out")
+            raise ToksError(f"config error: {where} uses a YAML alias (*{event.anchor}){at}: write the values out")
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_DEPTH:
+            raise ToksError(f"config error: {where} nests mappings and lists more than {MAX_DEPTH} levels deep{at}: "
+                            "no setting lies deeper than 5")
+
+
+def _check_override(item: str) -> None:
+    """An override is `key=value`, its value YAML within MAX_DEPTH levels (the key's own parts counted) and with no
+    alias; the message shows the key alone, as the value may be long."""
+    key, equals, value = item.partition("=")
+    if not equals or not key:
+        raise ToksError(f"config error: override {item[:80]!r} is not of the form key=value")
+    where = f"the override {key[:80]}=..."
+    try:
+        _check_structure(value, where, depth=len(re.split(r"[.\[]", key)), lines=False)
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ToksError(f"config error: {where}: its value is not valid YAML: {problem}") from None
 
 
 def _read_params(path: Path, text: str | None = None) -> tuple[Any, str]:
@@ -51,7 +78,7 @@ def _read_params(path: Path, text: str | None = None) -> tuple[Any, str]:
     layout aside, as DVC records them); one line for a file that is not UTF-8, not YAML, repeats a key or is a list."""
     try:
         text = path.read_bytes().decode("utf-8") if text is None else text
-        _check_aliases(path, text)
+        _check_structure(text, str(path))
         params = OmegaConf.load(io.StringIO(text))
     except UnicodeDecodeError as error:
         raise ToksError(f"config error: {path} is not UTF-8 text (byte {error.start})") from None
@@ -168,8 +195,7 @@ def read_config(overrides: Sequence[str] = (), path: Path | str = "params.yaml")
     if not path.exists():
         raise ToksError(f"config error: {path} not found: run from the project root")
     for item in overrides:
-        if "=" not in item or item.startswith("="):
-            raise ToksError(f"config error: override {item!r} is not of the form key=value")
+        _check_override(item)
     params, digest = _read_params(path)
     try:
         command_line = OmegaConf.from_dotlist(list(overrides))
