@@ -199,6 +199,40 @@ def test_a_link_out_of_data_own_is_refused(own_project, capsys, tmp_path):
     assert len(error) == 1 and "is a link to a file outside data/own/" in error[0], error
 
 
+def _move_out(folder, outside) -> None:
+    """`folder` of the project moved to `outside` and left as a link to it."""
+    folder.rename(outside)
+    folder.symlink_to(outside, target_is_directory=True)
+
+
+@pytest.mark.parametrize("linked", [("data", "own"), ("data",)], ids=["data/own", "data"])
+def test_a_folder_on_the_way_that_links_out_of_the_project_is_refused(own_project, capsys, tmp_path_factory, linked):
+    """data/own (or data) a link to a folder elsewhere: every link in data/own was refused, not the folder itself."""
+    _move_out(own_project.joinpath(*linked), tmp_path_factory.mktemp("elsewhere") / linked[-1])
+    for stage, module in (("check_params", check_params), ("prepare", prepare)):
+        assert module.main(["dataset=mine"]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith(f"{stage}: "), error
+        assert "data/own/ leads out of the project through a link (to " in error[0], error
+    assert not (own_project / "data" / "processed").exists()
+
+
+def test_a_link_to_a_folder_of_the_project_is_followed(own_project):
+    _move_out(own_project / "data" / "own", own_project / "data" / "mine")
+    assert check_params.main([]) == 0
+
+
+def test_a_path_through_dot_dot_says_so(own_project, capsys, tmp_path_factory):
+    """Through a link, `..` climbs from the link's target: it was refused as a link to a file outside data/own/."""
+    _move_out(own_project / "data" / "own", own_project / "data" / "kept")  # the project's, so not refused for it
+    (own_project / "data" / "kept" / "sub").symlink_to(tmp_path_factory.mktemp("elsewhere"))
+    add_file_dataset(own_project, path="data/own/sub/../reviews.csv")
+    assert check_params.main([]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "check_params: config error: datasets.mine.data.path = 'data/own/sub/../reviews.csv' goes up a folder with "
+        "'..': write the path without it (data/own/reviews.csv)"]
+
+
 def test_check_params_refuses_a_file_dataset_without_a_path(own_project, capsys):
     add_file_dataset(own_project, source="file", path="")
     assert check_params.main([]) == 2

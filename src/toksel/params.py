@@ -551,15 +551,23 @@ def _negation_rules(config: Config) -> None:
 
 
 def _check_data_file(key: str, value: str) -> None:
-    """A file dataset's file lies under data/own/ (DVC follows that folder) with an extension that gives its format."""
+    """A file dataset's file lies under data/own/ (DVC follows that folder) with an extension that gives its format;
+    data/own/ itself lies in the project, and neither the file nor a folder on its way is a link out of it."""
     if not value:
         return
+    shown = f"data.{key} = {value!r}"
     parts = Path(os.path.normpath(value)).parts
     _require(len(parts) >= 3 and parts[:2] == OWN_DATA.parts,  # not absolute, not leading out of it
-             f"data.{key} = {value!r} must lie in the project's {OWN_DATA}/ folder, written relative to the project "
+             f"{shown} must lie in the project's {OWN_DATA}/ folder, written relative to the project "
              f"({OWN_DATA}/reviews.csv): DVC follows that folder, so a changed file reruns its stages")
-    _require(Path(value).resolve().is_relative_to(OWN_DATA.resolve()),  # not a link there to a file elsewhere
-             f"data.{key} = {value!r} is a link to a file outside {OWN_DATA}/: copy the file there (DVC follows that "
-             "folder, not what its links point to)")
+    _require(".." not in Path(value).parts,  # the system takes `..` after a link from the link's target
+             f"{shown} goes up a folder with '..': write the path without it ({os.path.normpath(value)})")
+    project, folder = Path.cwd().resolve(), OWN_DATA.resolve()
+    _require(folder.is_relative_to(project),  # data/own, or a folder above it, a link out of the project
+             f"{OWN_DATA}/ leads out of the project through a link (to {folder}): make it a folder of the project "
+             "and copy the files there (a clone or a DVC experiment would read whatever the link finds)")
+    _require(Path(value).resolve().is_relative_to(folder),  # not a link there to a file elsewhere
+             f"{shown} is a link to a file outside {OWN_DATA}/: copy the file there (DVC follows that folder, not "
+             "what its links point to)")
     _require(Path(value).suffix.lower() in FILE_FORMATS,
-             f"data.{key} = {value!r}: the format comes from the extension, one of {', '.join(FILE_FORMATS)}")
+             f"{shown}: the format comes from the extension, one of {', '.join(FILE_FORMATS)}")
