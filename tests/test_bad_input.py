@@ -139,7 +139,8 @@ def test_a_file_that_lacks_what_its_reader_needs_names_it_in_one_line(prepared, 
     (prepare, ["data.num_classes=3"], "the synthetic generator draws two classes"),
     (one_step, ["one_step.eta0=1e308"], "one_step.eta0 = 1e+308 is too large"),
     (one_step, ["model.d=10000000"], "GiB, more than the 1.0 GiB available: lower model.d"),
-    (prepare, ["data.synthetic.n_train=1000000000"], "1,000,000,000 synthetic sequences of 6 tokens would need"),
+    (prepare, ["data.synthetic.n_train=1000000000"], "1,000,000,040 synthetic sequences of 6 tokens over a "
+                                                     "vocabulary of 32 would need"),  # both splits
     (prepare, ["data.synthetic.seq_len=1000000000"], "GiB, more than the 1.0 GiB available: lower data.synthetic"),
 ], ids=["synthetic with 3 classes", "an overflowing step", "arrays beyond memory", "a billion sequences",
         "sequences of a billion tokens"])
@@ -276,6 +277,23 @@ def test_params_changed_while_a_stage_runs_stop_it_before_its_outputs_replace_th
 
 
 GiB = 2**30
+
+
+@pytest.mark.parametrize("size", ["n_irrelevant", "n_positive"])
+def test_a_vocabulary_beyond_memory_is_refused_before_it_is_allocated(prepared, size):
+    """n_irrelevant=1e9 asked numpy for 7.45 GiB before any check: under a 2 GiB address space, a MemoryError in 36
+    lines."""
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * GiB, 2 * GiB))  # noqa: E731 (in the child only)
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]  # this checkout's code, whatever is installed
+    stage = subprocess.run([sys.executable, "-m", "pipelines.prepare", *TINY, f"data.synthetic.{size}=1e9"],
+                           cwd=prepared, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, capture_output=True,
+                           text=True, preexec_fn=limit, timeout=300)
+    assert stage.returncode == 2, stage.stderr[-2000:]
+    assert len(stage.stderr.strip().splitlines()) == 1, stage.stderr[-2000:]
+    assert "synthetic sequences of 6 tokens over a vocabulary of 1,000,000,0" in stage.stderr
+    assert "lower data.synthetic.n_train, n_test or seq_len, or the token sets' sizes" in stage.stderr
+
+
 V1_NO_LIMIT = "9223372036854771712"  # what cgroup v1 writes for no limit
 
 CGROUP_TREES = {  # /proc/self/cgroup's lines, the files of the cgroup mount, what is left

@@ -20,7 +20,7 @@ import numpy as np
 
 from toksel.data.corpus import PackedSplit
 from toksel.data.frequency import average_signed_frequency
-from toksel.data.synthetic import PAIR_LABELS, generate_pair, vocabulary
+from toksel.data.synthetic import PAIR_LABELS, generate_pair, require_draw_memory, vocabulary
 from toksel.models.fused import FusedBags
 from toksel.params import SyntheticConfig
 from toksel.theory.one_step import pair_alignment, projected_initialisation, theory_slope, update_along_outputs
@@ -50,6 +50,7 @@ def pair_step_statistics(regime: PairRegime, planted: float, replicate: int) -> 
     """One verdict's seeds: pair_alignment after one step on a fresh draw with the planted first-order signal."""
     synthetic = regime.synthetic
     vocab = vocabulary(synthetic.mode, synthetic.n_positive, synthetic.n_negative, synthetic.n_irrelevant)
+    require_draw_memory(vocab, synthetic.n_train, synthetic.seq_len)  # its draws call generate_pair directly
     first_order = np.concatenate([vocab.positive, vocab.negative])
     def split(draw: tuple[int, ...], quadruples: int) -> PackedSplit:  # one draw's sequences, whatever their labels
         return generate_pair(vocab, synthetic.n_train, synthetic.seq_len, synthetic.pair_share,

@@ -20,7 +20,7 @@ from toksel.data.frequency import (
     token_types,
 )
 from toksel.data.sources import balanced_subsample, load_text_splits, short_classes
-from toksel.data.synthetic import generate, vocabulary
+from toksel.data.synthetic import generate, require_draw_memory, vocabulary
 from toksel.data.token_table import TokenTable, top_decile
 from toksel.data.tokenize import train_tokenizer
 from toksel.data.vocabulary import UNKNOWN, build_vocabulary
@@ -37,6 +37,7 @@ class PreparedDataset:
 
 def prepare_synthetic(settings: SyntheticConfig, seed: int | tuple[int, ...]) -> PreparedDataset:
     vocab = vocabulary(settings.mode, settings.n_positive, settings.n_negative, settings.n_irrelevant)
+    require_draw_memory(vocab, settings.n_train + settings.n_test, settings.seq_len)  # both splits, before either
     rng = np.random.default_rng(seed)
     splits = {name: generate(settings.mode, vocab, n, settings.seq_len, settings.delta, rng, settings.pair_share,
                              settings.label_noise)

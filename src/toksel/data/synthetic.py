@@ -32,7 +32,11 @@ import numpy as np
 from toksel.data.corpus import PackedSplit
 from toksel.runtime.memory import require_memory
 
-BYTES_PER_ENTRY = 48  # the independent mode's draws: four int64 arrays and a mask of n x T, and the packed split
+# What a draw costs at its peak, measured with tracemalloc on prepare's whole run (both splits, the token table):
+BYTES_PER_ENTRY = 64  # a token of a sequence: the independent mode's four int64 arrays and mask of n x T, the packed
+                      # split (60 measured at T = 100)
+BYTES_PER_SEQUENCE = 200  # a sequence's own arrays and list entries beyond its tokens (140 measured at T = 2)
+BYTES_PER_TOKEN = 400  # a token of the vocabulary: its ids, statistics and row of the token table (383 measured)
 
 POSITIVE, NEGATIVE, IRRELEVANT = 1, -1, 0
 PAIR_WORDS = ("not", "good", "bad")  # the pair modes' three tokens, after the irrelevant ones
@@ -154,13 +158,21 @@ def generate(
     mode: str, vocab: SyntheticVocabulary, n: int, seq_len: int, delta: float, rng: np.random.Generator,
     pair_share: float = 0.0, label_noise: float = 0.0,
 ) -> PackedSplit:
-    require_memory(BYTES_PER_ENTRY * n * seq_len, f"{n:,} synthetic sequences of {seq_len:,} tokens",
-                   "lower data.synthetic.n_train, n_test or seq_len")
+    require_draw_memory(vocab, n, seq_len)
     if mode == "assumption1":
         return generate_assumption1(vocab, n, seq_len, rng)
     if mode in PAIR_LABELS:
         return generate_pair(vocab, n, seq_len, pair_share, PAIR_LABELS[mode], rng, label_noise)
     return generate_independent(vocab, n, seq_len, delta, rng)
+
+
+def require_draw_memory(vocab: SyntheticVocabulary, n: int, seq_len: int) -> None:
+    """One line, before anything is drawn, when n sequences of seq_len tokens over `vocab` (and its token table)
+    would need more memory than is available: every size key of the generator counts."""
+    needed = n * (BYTES_PER_SEQUENCE + BYTES_PER_ENTRY * seq_len) + BYTES_PER_TOKEN * vocab.size
+    require_memory(needed, f"{n:,} synthetic sequences of {seq_len:,} tokens over a vocabulary of {vocab.size:,}",
+                   "lower data.synthetic.n_train, n_test or seq_len, or the token sets' sizes n_positive, n_negative "
+                   "and n_irrelevant")
 
 
 def vocabulary(mode: str, n_positive: int, n_negative: int, n_irrelevant: int) -> SyntheticVocabulary:
