@@ -1,6 +1,7 @@
 """What several test modules share: the project root and a tiny but real configuration."""
 
 import contextlib
+import http.server
 import json
 import os
 import re
@@ -8,12 +9,15 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# PYTHONPATH for a process that runs this checkout's code (pipelines/, tools/ and src/), not an installed copy's.
+CHECKOUT_PATH = os.pathsep.join([str(ROOT), str(ROOT / "src")])
 
 # Every stage runs end to end on this in a second or two (one seed: tests of the seeds set more).
 TINY = [
@@ -76,6 +80,45 @@ def run_stage_process(stage: str, args: list[str], cwd: Path, **env: str) -> sub
     process = start_stage(stage, args, cwd, **env)
     stdout, stderr = process.communicate(timeout=300)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+# (method, path with its query, body) -> (HTTP status, answer: JSON, or plain text if a string)
+Answer = Callable[[str, str, bytes], tuple[int, dict | str]]
+REFUSED = (401, "You are not authenticated.")  # as MLflow's basic-auth server answers a request without a login
+
+
+@contextlib.contextmanager
+def http_stub(answer: Answer) -> Iterator[tuple[str, list[str]]]:
+    """A server on loopback that answers every request by `answer`, in a thread of its own: its address, and the
+    "METHOD path" of each request it has had."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            asked.append(f"{self.command} {self.path}")
+            status, content = answer(self.command, self.path, body)
+            text = isinstance(content, str)
+            data = (content if text else json.dumps(content)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain" if text else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = do_DELETE = _answer
+
+        def log_message(self, *args: object) -> None:  # the test reads what was asked, not a log on stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import stat
 import urllib.error
@@ -20,9 +21,11 @@ import psutil
 import pytest
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import TINY, free_port
+from tests.helpers import REFUSED, TINY, Answer, free_port, http_stub
 from toksel import publish
+from toksel.runtime.config import params_values
 from toksel.runtime.errors import ToksError
+from toksel.runtime.records import RunRecord, flatten, write_records
 from tools import team_server
 
 STAGES = {"prepare": prepare, "one_step": one_step, "gradient_flow": gradient_flow, "evaluate": evaluate}
@@ -208,3 +211,67 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_code_2(tmp_path: Path, cap
     assert len(errors) == 4 and all(line.startswith("team_server: ") for line in errors)
     assert "70000" in errors[0] and "server.json" in errors[1]
     assert "others may read it (mode 644)" in errors[2] and "not a credentials file" in errors[3]
+
+
+def _fake_mlflow(artifacts: Path) -> Answer:
+    """As much of an MLflow server's REST API as publish uses on an empty experiment: the experiment, runs made and
+    read back, everything else taken (a run's artifacts go to a folder of `artifacts`)."""
+    runs: dict[str, dict] = {}
+
+    def answer(method: str, path: str, body: bytes) -> tuple[int, dict]:
+        endpoint, _, query = path.removeprefix("/api/2.0/mlflow/").partition("?")
+        asked = json.loads(body or b"{}")
+        if endpoint == "experiments/get-by-name":
+            kind = {"key": "mlflow.experimentKind", "value": "custom_model_development"}
+            return 200, {"experiment": {"experiment_id": "1", "name": "toksel", "lifecycle_stage": "active",
+                                        "artifact_location": artifacts.as_uri(), "tags": [kind]}}
+        if endpoint == "runs/create":
+            run_id = f"run{len(runs)}"
+            runs[run_id] = {"run_id": run_id, "experiment_id": "1", "run_name": asked.get("run_name", ""),
+                            "status": "RUNNING", "lifecycle_stage": "active",
+                            "artifact_uri": (artifacts / run_id).as_uri()}
+            return 200, {"run": {"info": runs[run_id], "data": {}}}
+        if endpoint == "runs/get":
+            return 200, {"run": {"info": runs[urllib.parse.parse_qs(query)["run_id"][0]], "data": {}}}
+        if endpoint == "runs/update":
+            return 200, {"run_info": runs[asked["run_id"]]}
+        return 200, {}  # a batch logged, a tag set, a search that finds no run yet
+
+    return answer
+
+
+def _stage_records() -> None:
+    """A stage's record with a history per epoch (its description says what the steps are) and a nested trial."""
+    record = RunRecord("train synthetic seed 0", {"stage": "train", "dataset": "synthetic"}, {"seed": 0})
+    with record.run():
+        record.log_history(range(5), {"epoch_val_loss": [1.0, 0.9, 0.8, 0.7, 0.6]})
+        with record.child("lr 0.01", {"lr": "0.01"}) as trial:
+            trial.log_metrics({"test_accuracy": 0.9})
+    write_records(Path("runs") / "train.json", [record], {"params_yaml": "seed: 0\n"})
+
+
+def test_publishing_to_a_server_prints_its_own_line_alone_and_no_password(project: Path, tmp_path_factory,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """A server's client would print two lines per run, its address with the login among them; each run's params,
+    metrics and description go in one batch."""
+    _stage_records()
+    with http_stub(_fake_mlflow(tmp_path_factory.mktemp("server"))) as (address, asked):
+        login = address.replace("//", "//admin:s3cr3t@", 1)
+        assert publish.main([login]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"publish: 3 runs in {login.replace('s3cr3t', '***')} (3 made now, 0 no record backs removed)\n"
+    assert "s3cr3t" not in out + err
+    parent_batches = math.ceil(len(flatten(params_values(project / "params.yaml"))) / 100)  # 100 params a batch
+    assert sum("/runs/log-batch" in line for line in asked) == parent_batches + 2  # one each for the stage and trial
+
+
+@pytest.mark.parametrize("password", ["a@b:c", "wr/ong"])  # refused by the server; no URL the client can use
+def test_publishing_without_the_login_is_one_line_without_the_password(project: Path, password: str,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    _stage_records()
+    with http_stub(lambda *request: REFUSED) as (address, _):
+        assert publish.main([address.replace("//", f"//admin:{password}@", 1)]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"publish: the MLflow store {address.replace('//', '//admin:***@')}")
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in lines[0] and password not in out + err

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import gradient_flow, prepare
-from tests.helpers import ROOT, TINY, free_port, published_runs
+from tests.helpers import REFUSED, ROOT, TINY, free_port, http_stub, published_runs
 from toksel import ui
 from toksel.report.render_check import BROWSERS, find_chromium, headless
 
@@ -86,3 +86,37 @@ def test_the_ui_refuses_a_port_another_program_listens_on(project, capsys):
         assert ui.main(["--port", str(port)]) == 2
     error = capsys.readouterr().err.strip()
     assert error == f"ui: port {port} is in use by another program: choose another with --port"
+
+
+def _with_login(address: str, password: str) -> str:
+    return address.replace("//", f"//admin:{password}@", 1)
+
+
+@pytest.mark.parametrize(("password", "said"), [("s3cr3t", "the server asks who you are: set MLFLOW_TRACKING_USERNAME"),
+                                                ("a@b:c", "the server asks who you are: set MLFLOW_TRACKING_USERNAME"),
+                                                ("wr/ong", "no URL a client can use: give the login in MLFLOW_TRACK")])
+def test_a_server_that_refuses_the_login_is_one_line_without_the_password(project, capsys, monkeypatch, password,
+                                                                           said):
+    with http_stub(lambda *request: REFUSED) as (address, _):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", _with_login(address, password))
+        assert ui.main([]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ui: the MLflow store {_with_login(address, '***')} failed")
+    assert said in lines[0] and password not in out + err
+
+
+def test_a_servers_ui_address_is_printed_without_the_login(project, capsys, monkeypatch):
+    found = {"experiment": {"experiment_id": "7", "name": "toksel", "lifecycle_stage": "active", "tags": []}}
+    with http_stub(lambda *request: (200, found)) as (address, _):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", _with_login(address, "se:cr@t"))
+        assert ui.main([]) == 0
+    out = capsys.readouterr().out
+    assert out == f"ui: the tracking server serves the UI: {address}/#/experiments/7?workflowType=machine_learning\n"
+
+
+def test_a_damaged_store_is_one_line_that_says_how_to_rebuild_it(project, capsys):
+    (project / "mlflow.db").write_text("not a database\n" * 100)
+    assert ui.main([]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "is no SQLite database" in lines[0] and "python -m toksel.publish" in lines[0]

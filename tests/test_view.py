@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from tests.helpers import ROOT
+from tests.helpers import CHECKOUT_PATH
 from toksel import publish
 from toksel.runtime.config import params_values
 from toksel.runtime.io import outputs_together, write_text
@@ -143,6 +143,40 @@ def test_an_artifact_changed_after_its_stage_is_not_shown(project, capsys):
     assert [a.path for a in client.list_artifacts(seed0.info.run_id)] == ["params.yaml"]
 
 
+def test_an_artifact_outside_the_project_is_not_read(project, tmp_path_factory, capsys):
+    """A record naming a file outside the project, by its absolute path or through `..`, with the right digest:
+    the file is neither uploaded nor read for the parent's headline."""
+    outside = tmp_path_factory.mktemp("elsewhere") / "secret.md"
+    outside.write_text("# Not the project's\n\nWhat lies elsewhere.\n")
+    sideways = Path("..") / outside.parent.name / outside.name  # the same file, from the project
+    record = RunRecord("report", {"stage": "report"})
+    with record.run():
+        record.log_artifact(outside, pipeline=True)
+        record.log_artifact(sideways)
+    write_records(Path("runs") / "report.json", [record], {"params_yaml": "seed: 0\n"})
+    assert publish.main([]) == 0
+    err = capsys.readouterr().err
+    assert f"publish: {outside} lies outside the project: not shown" in err
+    assert f"publish: {sideways} lies outside the project: not shown" in err
+    client, runs = _store(project)
+    for run in runs:
+        assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["params.yaml"]
+        assert "elsewhere" not in run.data.tags.get("mlflow.note.content", "")
+    assert json.loads((project / "results" / "publish.json").read_text())["artifacts_not_shown"] == 2
+
+
+def test_another_embedded_store_keeps_its_artifacts_beside_it(project, tmp_path_factory):
+    """Publishing to another sqlite store writes nothing in the project: its artifacts go beside that store."""
+    _records(project)
+    other = tmp_path_factory.mktemp("other")
+    assert publish.main([f"sqlite:///{other / 'mlflow.db'}"]) == 0
+    experiment = MlflowClient(f"sqlite:///{other / 'mlflow.db'}").get_experiment_by_name("toksel")
+    assert experiment.artifact_location == (other / "mlartifacts").as_uri()
+    assert len(list((other / "mlartifacts").rglob("params.yaml"))) == 4  # the parent's and each stage run's
+    assert sorted(path.name for path in project.iterdir()) == ["params.yaml", "results", "runs"]
+    assert not (project / "results" / "publish.json").exists()  # the stage's output is the project store's alone
+
+
 def _publisher(project: Path, kill_after: int | None = None) -> subprocess.Popen:
     """`python -m toksel.publish` in its own process; with kill_after, it kills itself (SIGKILL) right after making
     that many runs, before it ends the last one."""
@@ -158,9 +192,16 @@ def _publisher(project: Path, kill_after: int | None = None) -> subprocess.Popen
                 "        os.kill(os.getpid(), signal.SIGKILL)\n"
                 "    return create(self, spec, parent)\n"
                 "view.Publisher._create = dying\n" + code)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH}
     return subprocess.Popen([sys.executable, "-c", code], cwd=project, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def test_a_publisher_on_a_new_store_says_one_line_alone(project):
+    """In a process of its own, as DVC runs it: MLflow's notices as it makes the store's tables are not shown."""
+    _records(project)
+    out, err = _publisher(project).communicate(timeout=120)
+    assert err == "" and out.startswith(f"publish: {PER_PIPELINE} runs in sqlite:///") and out.count("\n") == 1
 
 
 def test_a_publisher_killed_midway_is_finished_by_the_next(project):
@@ -194,9 +235,10 @@ def test_a_held_lock_is_one_line_and_exit_2(project):
 
     _records(project)
     with FileLock(project / "mlflow.lock"):
-        code = subprocess.run([sys.executable, "-c", "import sys; from toksel.runtime import experiment; "
+        code = subprocess.run([sys.executable, "-c", "import sys; from toksel.tracking import experiment; "
                                "experiment.LOCK_WAIT = 0.5; from toksel import publish; sys.exit(publish.main())"],
-                              cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+                              cwd=project, env={**os.environ, "PYTHONPATH": CHECKOUT_PATH}, capture_output=True,
+                              text=True)
     assert code.returncode == 2 and len(code.stderr.strip().splitlines()) == 1
     assert "has held" in code.stderr and "mlflow.lock" in code.stderr
 
@@ -219,6 +261,7 @@ def test_a_store_that_fails_is_one_line_and_exit_2(project, capsys):
     assert publish.main([]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "run `python -m toksel.publish` again" in error[0]
+    assert f"{project / 'mlflow.db'} is no SQLite database (damaged, or another file): move it aside" in error[0]
 
 
 @pytest.mark.parametrize(("content", "said"), [('{"runs": [', "runs/one_step.json is damaged"),
@@ -331,7 +374,7 @@ def test_the_parent_spans_its_pipeline_run_not_the_records_dvc_restored(project)
     dvc = ("import os, subprocess, sys; sys.exit(subprocess.run([sys.executable, '-m', 'toksel.publish'], "
            "env={**os.environ, 'DVC_STAGE': 'publish'}).returncode)")
     began = time.time()
-    assert subprocess.run([sys.executable, "-c", dvc], cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    assert subprocess.run([sys.executable, "-c", dvc], cwd=project, env={**os.environ, "PYTHONPATH": CHECKOUT_PATH},
                           capture_output=True).returncode == 0
     ended = time.time()
     _, runs = _store(project)

@@ -214,8 +214,8 @@ def closing(experiment: str) -> str:
 
 def parent_run(experiment: str) -> bool:
     """Whether the MLflow store holds the experiment's parent run (publish made it); False where it cannot say."""
-    from toksel.runtime.experiment import experiment_name, quiet_mlflow
     from toksel.runtime.paths import tracking_uri
+    from toksel.tracking.experiment import experiment_name, quiet_mlflow
 
     quiet_mlflow()
     from mlflow import MlflowClient

@@ -36,9 +36,9 @@ import psutil
 
 from toksel.runtime.config import params_values
 from toksel.runtime.errors import ToksError
-from toksel.runtime.experiment import open_experiment, store_lock
 from toksel.runtime.io import file_sha256, read_json
 from toksel.runtime.records import differing, flatten
+from toksel.tracking.experiment import open_experiment, store_lock
 from toksel.tracking.saved_views import save_views
 
 RECORD_TAG, PARENT_RECORD_TAG = "toksel.record", "toksel.parent_record"
@@ -50,6 +50,7 @@ NOTE_TAG = "mlflow.note.content"  # a run's description, which MLflow shows as M
 RUN_PAGE, RUN_ID = "{run page}", "{run id}"  # in a description: the run's address and id, once it has them
 HEADLINE_LENGTH = 3000  # characters of the report's first paragraph in the parent's description
 RECORDS = Path("runs")
+PER_BATCH, ENTRIES_PER_BATCH = 100, 1000  # MLflow's log_batch: params (and tags) a call, entries in all
 # What the steps of a stage's histories are (MLflow's chart axis says "Step"), by stage.
 STEP_MEANINGS = {
     "gradient_flow": "The curves are drawn against step = 100 log10 t, t the flow time (step 300 is t = 1e3, step "
@@ -74,7 +75,7 @@ class Published:
     records: int = 0  # of those, the stages' (not the parents')
     created: int = 0
     removed: int = 0
-    skipped_artifacts: list[str] = field(default_factory=list)
+    not_shown: dict[str, str] = field(default_factory=dict)  # an artifact's path -> why it is not shown
 
 
 def _digest(*parts: Any) -> str:
@@ -129,11 +130,23 @@ def dvc_started() -> float | None:
         return None
 
 
+def why_not_shown(artifact: dict[str, Any]) -> str | None:
+    """Why an artifact of a record is not shown, or None: a file outside the project (the working directory) is
+    never read, whatever its record says; one changed since its stage wrote it is not the stage's. Outside is
+    judged on the path as written, its `..` resolved: DVC may link an output to a cache kept elsewhere."""
+    path = Path(artifact["path"])
+    if not Path(os.path.abspath(path)).is_relative_to(os.getcwd()):
+        return "lies outside the project"
+    if not path.is_file() or file_sha256(path) != artifact["sha256"]:
+        return "has changed since its stage wrote it"
+    return None
+
+
 def _headline(artifacts: list[dict[str, Any]]) -> str:
     """The report's title and first paragraph (its verdict), from its Markdown as the stage wrote it, else ""."""
     for artifact in artifacts:
         path = Path(artifact["path"])
-        if path.suffix == ".md" and path.is_file() and file_sha256(path) == artifact["sha256"]:
+        if path.suffix == ".md" and why_not_shown(artifact) is None:
             blocks = [block.strip() for block in path.read_text().split("\n\n") if block.strip()]
             title = [f"**{block.lstrip('# ')}**" for block in blocks[:1] if block.startswith("# ")]
             text = next((block for block in blocks if not block.startswith("#")), "")
@@ -225,6 +238,16 @@ def _tree(run: dict, pipeline: Pipeline, root: str, parent_key: str, texts: dict
             yield from _tree(child, pipeline, parent_key, parent_key, {}, names, depth, path)
 
 
+def _batches(params: list[Any], metrics: list[Any], tags: list[Any]) -> Iterator[dict[str, list[Any]]]:
+    """Params, metrics and tags in as few of MLflow's log_batch calls as it takes: a call holds at most 100 params,
+    100 tags and 1000 entries in all (each call one request to a server)."""
+    while params or metrics or tags:
+        batch = {"params": params[:PER_BATCH], "tags": tags[:PER_BATCH]}
+        batch["metrics"] = metrics[: ENTRIES_PER_BATCH - len(batch["params"]) - len(batch["tags"])]
+        params, tags, metrics = params[PER_BATCH:], tags[PER_BATCH:], metrics[len(batch["metrics"]) :]
+        yield batch
+
+
 class Publisher:
     """Rebuilds, in one MLflow store, the view of a pipeline run's specs, as the module says."""
 
@@ -258,6 +281,8 @@ class Publisher:
         return self.published
 
     def _rebuild(self, specs: list[Spec]) -> None:
+        from mlflow.entities import RunTag
+
         kept: dict[str, str] = {}  # record key -> run id
         runs = self._runs(PIPELINE_KEY_TAG, specs[0].pipeline)
         wanted = {spec.key for spec in specs}
@@ -274,14 +299,14 @@ class Publisher:
                 kept[spec.key] = self._create(spec, kept.get(spec.parent_key))
                 made.add(spec.key)
             elif spec.parent_key in made:  # a run kept under a parent made anew
-                self.client.set_tag(kept[spec.key], PARENT_TAG, kept[spec.parent_key])
-                self.client.set_tag(kept[spec.key], PARENT_RECORD_TAG, spec.parent_key)
+                self.client.log_batch(kept[spec.key], tags=[RunTag(PARENT_TAG, kept[spec.parent_key]),
+                                                            RunTag(PARENT_RECORD_TAG, spec.parent_key)])
         self.published.runs += len(specs)
         self.published.records += sum(spec.parent_key is not None for spec in specs)
 
     def _create(self, spec: Spec, parent_id: str | None) -> str:
         """The record's run, RUNNING until all of it is logged (a kill midway leaves it to the next publisher)."""
-        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param
+        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
         record = spec.record
         tags = {**record["tags"], RECORD_TAG: spec.key, PIPELINE_KEY_TAG: spec.pipeline,
@@ -289,26 +314,23 @@ class Publisher:
         note = tags.pop(NOTE_TAG, "")
         run_id = self.client.create_run(self.experiment_id, start_time=int(record["started"] * 1000), tags=tags,
                                         run_name=record["name"]).info.run_id
-        if note:  # its links to the run's own page need the run's id
-            page = f"#/experiments/{self.experiment_id}/runs/{run_id}"
-            self.client.set_tag(run_id, NOTE_TAG, note.replace(RUN_PAGE, page).replace(RUN_ID, run_id))
+        # Its description's links to the run's own page need the run's id: it goes with the first batch.
+        page = f"#/experiments/{self.experiment_id}/runs/{run_id}"
+        late_tags = [RunTag(NOTE_TAG, note.replace(RUN_PAGE, page).replace(RUN_ID, run_id))] if note else []
         params = [Param(key, value) for key, value in record["params"].items()]
         metrics = [Metric(name, value, stamp, step) for name, points in record["metrics"].items()
                    for step, value, stamp in points]
-        for start in range(0, len(params), 100):  # MLflow takes 100 params, 1000 metrics a call
-            self.client.log_batch(run_id, params=params[start : start + 100])
-        for start in range(0, len(metrics), 1000):
-            self.client.log_batch(run_id, metrics=metrics[start : start + 1000])
-        for data in record["inputs"]:
-            dataset = Dataset(data["name"], data["digest"], "toksel", data["source"])
-            self.client.log_inputs(run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")])])
+        for batch in _batches(params, metrics, late_tags):
+            self.client.log_batch(run_id, **batch)
+        datasets = [DatasetInput(Dataset(data["name"], data["digest"], "toksel", data["source"]),
+                                 [InputTag("mlflow.data.context", "training")]) for data in record["inputs"]]
+        if datasets:
+            self.client.log_inputs(run_id, datasets)
         for artifact in record["artifacts"]:
-            path = Path(artifact["path"])
-            if not path.is_file() or file_sha256(path) != artifact["sha256"]:  # not the bytes the stage wrote
-                if str(path) not in self.published.skipped_artifacts:  # the report's: its run's and the parent's
-                    self.published.skipped_artifacts.append(str(path))
+            if why := why_not_shown(artifact):  # the report's may be met twice: its run's and the parent's
+                self.published.not_shown[artifact["path"]] = why
                 continue
-            self.client.log_artifact(run_id, str(path), artifact["folder"])
+            self.client.log_artifact(run_id, artifact["path"], artifact["folder"])
         for name, text in spec.texts.items():
             if text:
                 self.client.log_text(run_id, text, name)
