@@ -71,7 +71,7 @@ def seed_folder(project: Path, stage: str, run: str, seed: int = 0) -> Path:
 
 def start_stage(stage: str, args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
     """`python -m pipelines.<stage> args` as DVC starts it: its own process, in the project `cwd`."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environment = {**os.environ, "PYTHONPATH": CHECKOUT_PATH, **env}
     return subprocess.Popen([sys.executable, "-m", f"pipelines.{stage}", *args], cwd=cwd, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

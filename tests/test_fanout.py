@@ -14,7 +14,8 @@ import psutil
 import pytest
 from threadpoolctl import threadpool_limits
 
-from tests.helpers import TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, start_stage
+from pipelines import one_step
+from tests.helpers import CODE_PATH, TIMING_METRICS, TINY, TINY_TRAIN, run_stage_process, start_stage
 from toksel.params import ComputeConfig
 from toksel.runtime import fanout
 from toksel.runtime.errors import ToksError
@@ -153,6 +154,70 @@ def test_a_listener_that_is_not_dask_is_one_line_in_seconds(monkeypatch):
     finally:
         server.shutdown()
     assert time.monotonic() - started < 15
+
+
+@pytest.fixture
+def silent_port():
+    """A port that accepts connections and never says a word."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield listener.getsockname()[1]
+
+
+def test_a_stage_at_a_silent_listener_ends_in_one_line_and_exits(project, silent_port):
+    """The stage's own process, at a port that never shakes hands: one line, exit 2, and the process ends (a
+    connection left waiting in a thread held it at its exit for good)."""
+    script = ("import sys; from toksel.runtime import fanout; from pipelines import one_step; "
+              "fanout.CONNECT_SECONDS = 1; sys.exit(one_step.main(sys.argv[1:]))")
+    ended = subprocess.run([sys.executable, "-c", script, *TINY, "dataset=synthetic", "base.seeds=[0,1]"],
+                           cwd=project, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": CODE_PATH, fanout.ADDRESS_ENV: f"tcp://127.0.0.1:{silent_port}"})
+    assert ended.returncode == 2
+    assert ended.stderr.strip().splitlines() == [
+        f'one_step: compute.address tcp://127.0.0.1:{silent_port}: no Dask scheduler answers there within 1 s '
+        '(TimeoutError); start one, or set compute.address to "" to run here']
+
+
+NO_SCHEDULERS_ADDRESS = [
+    ("a web address", "http://127.0.0.1:8000", "http:// is not a Dask scheduler's; give tcp://<host>:<port>"),
+    ("no port", "tcp://127.0.0.1", "not a host and a port; give tcp://<host>:<port>"),
+    ("words", "somewhere else", "not a host and a port"),
+    ("a port out of range", "tcp://127.0.0.1:99999", "not a host and a port"),
+    ("tls without certificates", "tls://127.0.0.1:8786", "tls:// needs TLS certificates, and Dask's configuration "
+                                                         "names none"),
+]
+
+
+@pytest.mark.parametrize(("address", "message"), [case[1:] for case in NO_SCHEDULERS_ADDRESS],
+                         ids=[case[0] for case in NO_SCHEDULERS_ADDRESS])
+def test_an_address_no_scheduler_can_have_is_one_line_before_any_connection(project, capsys, monkeypatch, address,
+                                                                             message):
+    import distributed.comm
+
+    def connect(*args, **kwargs):
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(distributed.comm, "connect", connect)
+    assert one_step.main([*TINY, "dataset=synthetic", f"compute.address={address}"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"one_step: compute.address {address}: {message}")
+
+
+def test_a_silent_tls_listener_is_one_line_in_seconds(monkeypatch, silent_port):
+    """With certificates in Dask's configuration, a tls:// address is tried, and a port that never answers is one
+    line."""
+    import dask
+    from distributed.security import Security
+
+    made = Security.temporary()
+    monkeypatch.setattr(fanout, "CONNECT_SECONDS", 1)
+    monkeypatch.setenv(fanout.ADDRESS_ENV, f"tls://127.0.0.1:{silent_port}")
+    with dask.config.set({"distributed.comm.tls.ca-file": made.tls_ca_file,
+                          "distributed.comm.tls.client.cert": made.tls_client_cert,
+                          "distributed.comm.tls.client.key": made.tls_client_key}), \
+            pytest.raises(ToksError, match="no Dask scheduler answers there within 1 s"):
+        fanout.map_units(draw, range(2), HERE)
 
 
 def test_lokys_resource_tracker_keeps_its_shutdown_notice_to_itself(monkeypatch):

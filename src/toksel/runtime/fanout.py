@@ -4,7 +4,8 @@ replicates) through one call, `map_units(work, units, settings, kind)`; the resu
 Here, joblib runs `compute.workers` units at a time (0: one per core, or all of a few process units at once): kind
 "threads" for compiled passes that release the GIL, "processes" (loky's, fresh, kept for the next map) for mostly
 Python units or units with global state. `compute.address` or $TOKSEL_COMPUTE_ADDRESS names a Dask scheduler
-instead (docs/scale.md; its workers need the project at the same path). A unit's own units run one after another.
+instead (docs/scale.md; its workers need the project at the same path): an address no scheduler can have is refused
+before any connection, and the handshake is bounded too. A unit's own units run one after another.
 
 Every unit runs on one thread of BLAS, numba and torch (a sum split over threads rounds otherwise), so the numbers
 are the same on any backend and `compute` is in no stage's settings. A unit carries the working directory and the
@@ -13,6 +14,7 @@ environment variables that steer the computation (Place.CARRIED), no password or
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import importlib
@@ -175,21 +177,14 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
 
 def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[Unit],
                 progress: Callable[[], Any]) -> list[Result]:
-    from concurrent.futures import ThreadPoolExecutor
-    from concurrent.futures import TimeoutError as Late
-
     from distributed import Client
 
-    # Client's own timeout bounds the connection, not the handshake: a listener that is not Dask (a web server, a
-    # silent port) would hold it for minutes. The wait is bounded here; a connection that never came is left behind.
-    connecting = ThreadPoolExecutor(1)
-    attempt = connecting.submit(Client, scheduler, timeout=f"{CONNECT_SECONDS}s", set_as_default=False)
-    connecting.shutdown(wait=False)
+    security = _security(scheduler)
+    _answering(scheduler, security)
     try:
-        client = attempt.result(timeout=CONNECT_SECONDS + 5)
-    except (OSError, TimeoutError, Late) as error:
-        raise ToksError(f"compute.address {scheduler}: no Dask scheduler answers there within {CONNECT_SECONDS} s "
-                        f"({type(error).__name__}); start one, or set compute.address to \"\" to run here") from None
+        client = Client(scheduler, timeout=f"{CONNECT_SECONDS}s", set_as_default=False, security=security)
+    except (OSError, TimeoutError, ValueError) as error:
+        raise _not_answering(scheduler, error) from None
     with client:
         futures = client.map(work, units, pure=False)
         try:
@@ -197,3 +192,52 @@ def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[
         except BaseException:  # a stopped stage stops its units too
             client.cancel(futures)
             raise
+
+
+SCHEMES = ("tcp", "tls", "ws", "wss")  # Dask's ways between machines (inproc is within one process)
+ENCRYPTED = ("tls", "wss")
+
+
+def _security(scheduler: str) -> Any:
+    """Dask's security settings for `scheduler` (its TLS certificates, from Dask's configuration); a ToksError,
+    before any connection, for an address no Dask scheduler can have."""
+    from distributed.comm import get_address_host_port, parse_address
+    from distributed.security import Security
+
+    scheme, _ = parse_address(scheduler)  # no scheme: Dask's default, tcp
+    if scheme not in SCHEMES:
+        raise ToksError(f"compute.address {scheduler}: {scheme}:// is not a Dask scheduler's; give "
+                        "tcp://<host>:<port> (tls:// with certificates), or \"\" to run here")
+    try:
+        host, port = get_address_host_port(scheduler)
+    except ValueError:
+        host, port = "", 0
+    if not host or not 0 < port < 2**16:
+        raise ToksError(f"compute.address {scheduler}: not a host and a port; give {scheme}://<host>:<port>, or \"\" "
+                        "to run here")
+    security = Security()
+    if scheme in ENCRYPTED and security.get_connection_args("client")["ssl_context"] is None:
+        raise ToksError(f"compute.address {scheduler}: {scheme}:// needs TLS certificates, and Dask's configuration "
+                        "names none (distributed.comm.tls; docs/scale.md)")
+    return security
+
+
+def _answering(scheduler: str, security: Any) -> None:
+    """Connect and shake hands as Dask does, within CONNECT_SECONDS in all. Client's own timeout bounds the
+    connection, not the handshake: a listener that is not Dask (a web server, a silent port) would hold it for
+    minutes, and a thread left waiting on it would hold the process at its exit."""
+    from distributed.comm import connect
+
+    async def shake_hands() -> None:
+        comm = await connect(scheduler, timeout=CONNECT_SECONDS, **security.get_connection_args("client"))
+        await comm.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(shake_hands(), CONNECT_SECONDS))
+    except (OSError, TimeoutError, ValueError) as error:
+        raise _not_answering(scheduler, error) from None
+
+
+def _not_answering(scheduler: str, error: Exception) -> ToksError:
+    return ToksError(f"compute.address {scheduler}: no Dask scheduler answers there within {CONNECT_SECONDS} s "
+                     f"({type(error).__name__}); start one, or set compute.address to \"\" to run here")
