@@ -107,6 +107,23 @@ def test_a_stopped_stage_keeps_its_old_outputs_and_records_and_says_so_in_one_li
     assert {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()} == before
 
 
+def test_a_stopped_prepare_of_many_seeds_leaves_no_folder_it_made(prepared):
+    """Its seeds' folders are made as their files are written: stopped among them, it leaves the project as it
+    found it (seed0's folder, an old output's, stays), no empty folder for each seed it had begun."""
+    def tree() -> list[Path]:
+        return sorted(path.relative_to(prepared) for folder in ("data", "results", "runs")
+                      for path in (prepared / folder).rglob("*"))
+
+    before = tree()
+    many = [*TINY, f"base.seeds=[{','.join(map(str, range(1000)))}]"]
+    process = start_stage("prepare", many, prepared)
+    _wait_until(lambda: len(list((prepared / "data" / "processed" / "synthetic").glob("seed*"))) > 5, process)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert process.stderr.read().strip().splitlines() == ["prepare: stopped by SIGTERM: it wrote nothing"]
+    assert tree() == before
+
+
 def test_a_stop_whose_raise_is_lost_in_a_finalizer_is_raised_again(monkeypatch):
     # A signal's handler runs wherever Python is, a __del__ too, where its exception is only reported: the stage
     # would have trained on and written its outputs (once in CI, a Ctrl-C in training ended the stage with 0).

@@ -9,7 +9,9 @@ names the stage to run again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -17,6 +19,7 @@ import re
 import zipfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,34 +31,56 @@ from toksel.runtime.errors import ToksError
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # .<name>.tmp-<pid>, next to <name>
 SEARCHED = ("data", "results", "runs")  # where stages write, and so where temporary files can be left
 
-_waiting: list[dict[Path, Path]] = []  # per open block: final path -> its temporary file, in the order written
+
+@dataclass
+class _Block:
+    """An open outputs_together or captured_outputs: what it wrote, and the folders it made for that."""
+    renames: dict[Path, Path] = field(default_factory=dict)  # final path -> its temporary file, in the order written
+    folders: list[Path] = field(default_factory=list)  # outermost first
+
+    def remove_empty_folders(self) -> None:
+        """The folders it made that hold nothing: a block that leaves no file leaves no folder either."""
+        for folder in reversed(self.folders):
+            with contextlib.suppress(OSError):  # not empty: another writer's file is in it
+                folder.rmdir()
+
+
+_waiting: list[_Block] = []  # the open blocks, innermost last
 
 
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """A temporary path next to `path`, renamed onto it if the block succeeds (inside outputs_together: at its end)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
         if _waiting:
-            _waiting[-1][path] = tmp
+            _waiting[-1].renames[path] = tmp
         else:
             os.replace(tmp, path)
     finally:
-        if tmp.exists() and not (_waiting and _waiting[-1].get(path) == tmp):
+        if tmp.exists() and not (_waiting and _waiting[-1].renames.get(path) == tmp):
             tmp.unlink()
+
+
+def _make_folder(folder: Path) -> None:
+    """mkdir -p; inside a block, the folders it made are the block's, to remove if they stay empty."""
+    missing = list(itertools.takewhile(lambda parent: not parent.exists(), (folder, *folder.parents)))
+    folder.mkdir(parents=True, exist_ok=True)
+    if _waiting:
+        _waiting[-1].folders.extend(reversed(missing))
 
 
 def pending(path: Path | str) -> bool:
     """Whether `path` was written in the open outputs_together block and waits for its end."""
-    return bool(_waiting) and Path(path) in _waiting[-1]
+    return bool(_waiting) and Path(path) in _waiting[-1].renames
 
 
 def _current(path: Path | str) -> Path:
     """Where `path`'s content is now: its temporary file while it waits."""
-    return _waiting[-1][Path(path)] if pending(path) else Path(path)
+    return _waiting[-1].renames[Path(path)] if pending(path) else Path(path)
 
 
 def file_sha256(path: Path | str) -> str:
@@ -70,25 +95,26 @@ def file_digests(paths: Iterable[Path]) -> dict[str, str | None]:
 
 
 @contextmanager
-def _block() -> Iterator[dict[Path, Path]]:
-    renames: dict[Path, Path] = {}
-    _waiting.append(renames)
+def _block() -> Iterator[_Block]:
+    block = _Block()
+    _waiting.append(block)
     try:
-        yield renames
-    except BaseException:
-        for tmp in renames.values():
+        yield block
+    except BaseException:  # an error or a stop: nothing of the block's stays, no file, no folder made for one
+        for tmp in block.renames.values():
             tmp.unlink(missing_ok=True)
+        block.remove_empty_folders()
         raise
     finally:
-        _waiting.remove(renames)
+        _waiting.remove(block)
 
 
 @contextmanager
 def outputs_together() -> Iterator[None]:
     """Every file written inside replaces its old version at the end, all together; on an error none does."""
-    with _block() as renames:
+    with _block() as block:
         yield
-    for path, tmp in renames.items():
+    for path, tmp in block.renames.items():
         os.replace(tmp, path)
 
 
@@ -97,11 +123,12 @@ def captured_outputs() -> Iterator[dict[Path, bytes]]:
     """Like outputs_together, but the files are handed back as {path: bytes}: a unit of work's outputs, perhaps
     from another machine, which the stage writes among its own (write_files)."""
     files: dict[Path, bytes] = {}
-    with _block() as renames:
+    with _block() as block:
         yield files
-    files.update((path, tmp.read_bytes()) for path, tmp in renames.items())
-    for tmp in renames.values():
+    files.update((path, tmp.read_bytes()) for path, tmp in block.renames.items())
+    for tmp in block.renames.values():
         tmp.unlink(missing_ok=True)
+    block.remove_empty_folders()  # the stage makes them again as it writes the files
 
 
 def write_files(files: dict[Path, bytes]) -> None:
