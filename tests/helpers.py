@@ -69,11 +69,13 @@ def seed_folder(project: Path, stage: str, run: str, seed: int = 0) -> Path:
     return project / "results" / stage / run / f"seed{seed}"
 
 
-def start_stage(stage: str, args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
-    """`python -m pipelines.<stage> args` as DVC starts it: its own process, in the project `cwd`."""
+def start_stage(stage: str, args: list[str], cwd: Path, own_group: bool = False, **env: str) -> subprocess.Popen:
+    """`python -m pipelines.<stage> args` as DVC starts it: its own process, in the project `cwd`; with `own_group`,
+    in a process group of its own, as a terminal's foreground job (which Ctrl-C reaches whole)."""
     environment = {**os.environ, "PYTHONPATH": CHECKOUT_PATH, **env}
     return subprocess.Popen([sys.executable, "-m", f"pipelines.{stage}", *args], cwd=cwd, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            process_group=0 if own_group else None)
 
 
 def run_stage_process(stage: str, args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:

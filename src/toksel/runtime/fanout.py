@@ -19,6 +19,7 @@ import contextlib
 import functools
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -172,7 +173,31 @@ def _embedded(work: Callable[[Unit], Result], units: Sequence[Unit], kind: str, 
     # The thread counts are the process's: set for the whole map of threads, so that a thread's unit, ending,
     # cannot lift them under another's that is still running.
     with one_thread() if kind == "threads" else contextlib.nullcontext():
-        return _collect(parallel(delayed(work)(unit) for unit in units), progress)
+        with ctrl_c_kept_from_workers() if kind != "threads" else contextlib.nullcontext():
+            results = parallel(delayed(work)(unit) for unit in units)  # starts the workers, submits the first units
+        return _collect(results, progress)
+
+
+@contextmanager
+def ctrl_c_kept_from_workers() -> Iterator[None]:
+    """SIGINT blocked in this thread while it starts worker processes: they, and the executor's thread started here,
+    which starts any later ones, inherit the block for good. Ctrl-C goes to every process of the terminal's group;
+    the stage stops its workers itself, in one line, and a worker that got it would print a KeyboardInterrupt
+    traceback, also while it starts, before any code of ours runs there. The stage's own Ctrl-C, if it comes now,
+    waits for the block's end (another thread's, if any, takes it at once)."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # The standard library's resource tracker, which loky starts before its first worker, unblocks SIGINT in the
+    # thread that starts it: started first, it is left running.
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _on_cluster(scheduler: str, work: Callable[[Unit], Result], units: Sequence[Unit],

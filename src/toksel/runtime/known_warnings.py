@@ -15,6 +15,9 @@ HARMLESS = {
     ".*exists and is not empty.*": "a resumed fit writes into the folder that holds its own checkpoints",
     ".*epoch level in distributed setting.*": "under DDP every process validates and tests on every row: its "
                                               "numbers need no syncing",
+    ".*A worker stopped while some jobs were given to the executor.*": "loky replaces a worker process whose memory "
+        "grew 300 MB past what it held after its first unit, as calibrate's do, which keep each dataset's draws read "
+        "(IMDB's five: 700 MB): its units go on in the new one, none is lost",
 }
 
 
