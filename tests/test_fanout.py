@@ -240,6 +240,16 @@ def test_a_silent_tls_listener_is_one_line_in_seconds(monkeypatch, silent_port):
         fanout.map_units(draw, range(2), HERE)
 
 
+def test_tls_settings_that_name_no_certificate_file_are_one_line(tmp_path):
+    import dask
+
+    missing = {"distributed.comm.tls.ca-file": str(tmp_path / "ca.pem"),
+               "distributed.comm.tls.client.cert": str(tmp_path / "client.pem")}
+    with dask.config.set(missing), pytest.raises(ToksError, match=r"TLS settings \(distributed.comm.tls\) cannot be "
+                                                                  r"used: .*No such file"):
+        fanout.map_units(draw, range(2), ComputeConfig(address="tls://127.0.0.1:8786", workers=2))
+
+
 KEPT = []  # what a worker process keeps of its units
 
 

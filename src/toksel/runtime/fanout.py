@@ -241,7 +241,12 @@ def _security(scheduler: str) -> Any:
         raise ToksError(f"compute.address {scheduler}: not a host and a port; give {scheme}://<host>:<port>, or \"\" "
                         "to run here")
     security = Security()
-    if scheme in ENCRYPTED and security.get_connection_args("client")["ssl_context"] is None:
+    try:
+        context = security.get_connection_args("client")["ssl_context"]
+    except (OSError, ValueError) as error:  # a certificate file missing or not one (ssl.SSLError is an OSError)
+        raise ToksError(f"compute.address {scheduler}: Dask's TLS settings (distributed.comm.tls) cannot be used: "
+                        f"{error}") from None
+    if scheme in ENCRYPTED and context is None:
         raise ToksError(f"compute.address {scheduler}: {scheme}:// needs TLS certificates, and Dask's configuration "
                         "names none (distributed.comm.tls; docs/scale.md)")
     return security
