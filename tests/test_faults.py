@@ -107,6 +107,21 @@ def test_a_stopped_stage_keeps_its_old_outputs_and_records_and_says_so_in_one_li
     assert {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()} == before
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stage_stopped_while_it_imports_says_so_in_one_line(prepared, signum):
+    """Ctrl-C within the first second lands in the stage's imports (torch's take seconds), before runtime/cli.py
+    takes the signals over: one line, not the traceback of the module that was importing, and nothing written."""
+    outputs = [prepared / "results" / "one_step", prepared / "runs" / "one_step"]
+    before = {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()}
+    process = start_stage("one_step", TINY, prepared)
+    time.sleep(0.5)
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == 128 + signum
+    error = process.stderr.read().strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"one_step: stopped by {signal.Signals(signum).name}")
+    assert {path: path.read_bytes() for folder in outputs for path in folder.rglob("*") if path.is_file()} == before
+
+
 def test_a_stopped_prepare_of_many_seeds_leaves_no_folder_it_made(prepared):
     """Its seeds' folders are made as their files are written: stopped among them, it leaves the project as it
     found it (seed0's folder, an old output's, stays), no empty folder for each seed it had begun."""
