@@ -11,7 +11,7 @@ def _stopped_outside_its_work(signum: int, frame: object) -> None:
     stage = os.path.basename(sys.argv[0]).removesuffix(".py") if sys.argv[0] != "-m" else "stage"
     sys.stderr.write(f"{stage}: stopped by {signal.Signals(signum).name} outside its work (while its process started "
                      "or ended): its outputs are as its last finished run left them\n")
-    os._exit(128 + signum)  # nothing to close: no run record is open outside the stage's work
+    sys.exit(128 + signum)  # SystemExit prints nothing; no run record is open outside the stage's work
 
 
 # Python sets sys.argv[0] to "-m" while it imports the package of `python -m pipelines.<stage>`: only a stage's own
