@@ -84,6 +84,7 @@ def test_an_interpolation_in_params_is_refused_and_no_secret_is_written(project,
     assert not any("hunter2" in text for text in written)
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_twenty_thousand_seeds_are_refused_in_one_line(project, capsys):
     # How fast it is refused is a benchmark's question, not a test's (a loaded machine took 31 s once).
     assert check_params.main([f"base.seeds=[{','.join(map(str, range(20_000)))}]"]) == 2

@@ -163,6 +163,7 @@ def test_the_gpu_benchmark_reads_dmon_samples_in_each_steps_window():
     assert samples[1][0] - samples[0][0] == 1 and time.localtime(samples[0][0]).tm_hour == 10
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_the_gpu_benchmark_times_each_step_within_the_budget_and_says_which_it_stopped(tmp_path):
     from benchmarks.gpu import Step, run_steps, table
 

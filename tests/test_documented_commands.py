@@ -38,6 +38,7 @@ def _on_the_quick_profile(project) -> None:
     OmegaConf.save(OmegaConf.merge(OmegaConf.load(project / "params.yaml"), profile), project / "params.yaml")
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 @pytest.mark.filterwarnings("ignore:.*takes every one of the")  # a small file: the profile's caps take all of it
 def test_the_own_file_example_runs_on_the_quick_profile_and_the_report_names_its_file(project):
     entry = _own_file_entry()

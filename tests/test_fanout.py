@@ -109,7 +109,8 @@ def _workers(pid: int) -> list[psutil.Process]:
     return [child for child in psutil.Process(pid).children(recursive=True) if "--process-name" in child.cmdline()]
 
 
-@pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm once its seeds train", "ctrl-c as its workers start"])
+@pytest.mark.parametrize("ctrl_c", [pytest.param(False, marks=pytest.mark.slow), True],  # 14 s: make test-slow
+                         ids=["sigterm once its seeds train", "ctrl-c as its workers start"])
 def test_a_stopped_stage_stops_the_seeds_it_fanned_out(prepared, ctrl_c):
     """SIGTERM to a stage whose two seeds train in worker processes, or Ctrl-C, which the terminal sends to every
     process of its group, the workers too, here while they import the stage's modules: it ends in one line, and so

@@ -69,6 +69,7 @@ def _assert_whole(folder: Path) -> None:
             pd.read_csv(path)
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_a_gradient_flow_killed_outright_reruns_and_no_run_is_left_running(prepared):
     process = start_stage("gradient_flow", LONG_FLOW, prepared)
     _wait_until(_computing(process.pid), process)  # into the descent
@@ -88,7 +89,8 @@ def test_a_gradient_flow_killed_outright_reruns_and_no_run_is_left_running(prepa
 
 @pytest.mark.parametrize(("stage", "args", "signum"), [
     ("gradient_flow", LONG_FLOW, signal.SIGTERM),  # a `kill`, DVC or CI stopping the stage
-    ("train", [*TINY, *TINY_TRAIN, "train.max_epochs=200", "train.patience=200"], signal.SIGINT),  # Ctrl-C
+    pytest.param("train", [*TINY, *TINY_TRAIN, "train.max_epochs=200", "train.patience=200"], signal.SIGINT,
+                 marks=pytest.mark.slow),  # Ctrl-C; 12 s: make test-slow
 ], ids=["sigterm", "ctrl-c in training"])
 def test_a_stopped_stage_keeps_its_old_outputs_and_records_and_says_so_in_one_line(prepared, stage, args, signum):
     if stage == "gradient_flow":  # outputs to keep (the training's are none: it must then write none)

@@ -43,6 +43,7 @@ def test_a_mirror_step_of_the_l2_potential_is_a_gradient_step():
         assert np.allclose(ours, theirs, rtol=1e-12, atol=0)
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_each_flow_converges_to_its_own_norms_margin():
     """Gradient flow and the l_1.5 and l_4 mirror flows on the same tiny Assumption-1 problem: each ends closer to
     the hard-margin direction of its own norm than to either other's, and its run with every step halved agrees."""

@@ -139,6 +139,7 @@ def test_explain_reads_unknown_words_as_unk_where_the_vocabulary_has_it_and_need
         explain._tokens("  ", words, None, "imdb")
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_the_report_shows_real_reviews_shaded_by_each_arms_attention(trained, tmp_path):
     assert report.main([*TINY, *TINY_TRAIN]) == 0
     page = (trained / "results" / "report" / "report.html").read_text()

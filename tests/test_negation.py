@@ -151,6 +151,7 @@ def _planted_count(project, window: int) -> int:
     return count
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_the_stage_reads_each_kept_model_and_the_report_shows_it(project):
     assert negation_block(project / "results/negation").paragraphs == [
         "The negation stage has not run (dvc repro negation)."]

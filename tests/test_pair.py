@@ -135,6 +135,7 @@ TINY_PAIR = ["dataset=synthetic_pair", "base.seeds=[0,1]", "data.synthetic.n_pos
 TINY_FITS = ["sequence.cpu.d=16", "sequence.batch_size=16", "train.max_epochs=8", "train.patience=3"]
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_the_pair_stages_judge_the_three_claims_on_tiny_data(project):
     """prepare and one_step on both pair datasets, the pair stage's two models on each, then pair_report: the
     three claims measured on both seeds, each run's pair accuracy recorded, the cap respected by the one-layer

@@ -118,6 +118,7 @@ def test_a_stage_reports_its_own_peak_memory_not_that_of_the_process_that_starte
     assert 20 < child < 512 < ballast.nbytes / 2**20
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_a_stage_runs_every_seed_in_one_process_and_gathers_their_metrics(prepared, capsys):
     assert one_step.main([*TINY, "base.seeds=[1,2]"]) == 2  # no draw of the data for them yet
     # the seeds run at once, each in a process of its own: the first to fail tells

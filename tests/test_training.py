@@ -198,6 +198,7 @@ def test_a_best_rate_at_the_edge_of_the_grid_extends_the_grid_beyond_it(prepared
     assert metrics["lr_at_edge"] == float(metrics["lr"] == 0.1)  # still at the top after the last extension
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_the_d_sweep_fits_both_arms_at_every_d_beside_the_train_stages_runs(prepared):
     args = [*TINY, *TRAIN, ALL_ARMS, "d_sweep.datasets=[synthetic]", "d_sweep.d=[4,32]"]
     assert train.main(args) == 0

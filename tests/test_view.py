@@ -215,6 +215,7 @@ def test_a_publisher_killed_midway_is_finished_by_the_next(project):
     _check_once(project)
 
 
+@pytest.mark.slow  # 8 s or more: make test-slow (make test stays under 5 minutes)
 def test_publishers_at_once_leave_each_run_once(project):
     """Three publishers started together on a store that exists: one at a time takes the store's lock, and the
     later ones find every run made."""
