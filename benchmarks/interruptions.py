@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.helpers import ROOT, TIMING_METRICS, dvc_environment, run_dvc, stages_run, tiny_dvc_project
+from tests.helpers import CHECKOUT_PATH, TIMING_METRICS, dvc_environment, run_dvc, stages_run, tiny_dvc_project
 
 
 def metrics(project: Path) -> dict[str, float]:
@@ -65,7 +65,7 @@ def stopped_run(project: Path, after: float, kill_all: bool) -> str:
 def make_repro(project: Path) -> tuple[subprocess.CompletedProcess, str]:
     """What `make repro` runs: tools.heal_lock, then `dvc repro`; and what heal_lock said."""
     healed = subprocess.run([sys.executable, "-m", "tools.heal_lock"], cwd=project, capture_output=True, text=True,
-                            env={**dvc_environment(), "PYTHONPATH": str(ROOT)})
+                            env={**dvc_environment(), "PYTHONPATH": CHECKOUT_PATH})
     return run_dvc(project, "repro"), healed.stderr.strip()
 
 

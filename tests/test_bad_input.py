@@ -18,7 +18,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import check_params, evaluate, gradient_flow, one_step, prepare
-from tests.helpers import ROOT, TINY, free_port
+from tests.helpers import CHECKOUT_PATH, TINY, free_port
 from toksel import publish
 from toksel.runtime import memory
 
@@ -201,7 +201,7 @@ def test_overrides_are_checked_as_params_yaml_is(project, capsys, override, mess
 def test_a_file_size_limit_ends_a_stage_in_one_line(prepared):
     limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # noqa: E731 (in the child only)
     stage = subprocess.run([sys.executable, "-m", "pipelines.gradient_flow", *TINY], cwd=prepared,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": CHECKOUT_PATH}, capture_output=True, text=True,
                            preexec_fn=limit, timeout=300)
     assert stage.returncode == 2, stage.stderr[-2000:]
     assert stage.stderr.strip().splitlines()[-1].startswith("gradient_flow: cannot write its outputs")
@@ -285,9 +285,8 @@ def test_a_vocabulary_beyond_memory_is_refused_before_it_is_allocated(prepared, 
     """n_irrelevant=1e9 asked numpy for 7.45 GiB before any check: under a 2 GiB address space, a MemoryError in 36
     lines."""
     limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * GiB, 2 * GiB))  # noqa: E731 (in the child only)
-    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]  # this checkout's code, whatever is installed
     stage = subprocess.run([sys.executable, "-m", "pipelines.prepare", *TINY, f"data.synthetic.{size}=1e9"],
-                           cwd=prepared, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, capture_output=True,
+                           cwd=prepared, env={**os.environ, "PYTHONPATH": CHECKOUT_PATH}, capture_output=True,
                            text=True, preexec_fn=limit, timeout=300)
     assert stage.returncode == 2, stage.stderr[-2000:]
     assert len(stage.stderr.strip().splitlines()) == 1, stage.stderr[-2000:]
@@ -352,6 +351,6 @@ def test_the_memory_guard_sees_an_address_space_limit():
             "resource.setrlimit(resource.RLIMIT_AS, (vm + 2**28, resource.RLIM_INFINITY))\n"
             "print(memory.available_bytes())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": CHECKOUT_PATH})
     assert done.returncode == 0, done.stderr
     assert 0 < int(done.stdout) <= 2**28

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipelines import evaluate, gradient_flow, one_step, prepare
-from tests.helpers import ROOT, dvc_environment
+from tests.helpers import CHECKOUT_PATH, ROOT, dvc_environment
 from tests.test_file_data import reviews
 from toksel.report.header import dataset_rows
 from toksel.runtime.config import load_config
@@ -136,7 +136,7 @@ def test_each_documented_setting_runs_as_an_experiment_of_the_quick_profile(comm
 
 
 def _environment() -> dict[str, str]:
-    return {**dvc_environment(), "PYTHONPATH": str(ROOT), "TOKSEL_PROGRESS": "0"}
+    return {**dvc_environment(), "PYTHONPATH": CHECKOUT_PATH, "TOKSEL_PROGRESS": "0"}
 
 
 def _profile(project: Path, options: list[str]) -> subprocess.CompletedProcess:

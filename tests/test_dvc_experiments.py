@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from dvc import api as dvc_api
 
-from tests.helpers import ROOT, dvc, dvc_environment, tiny_dvc_project
+from tests.helpers import CHECKOUT_PATH, dvc, dvc_environment, tiny_dvc_project
 from toksel.runtime import workspace
 from tools.profile import SET_ASIDE
 
@@ -93,7 +93,7 @@ def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(
     environment = {**dvc_environment(), "HF_HUB_OFFLINE": "1"}
     environment.pop("TOKSEL_DATA_MIRROR", None)  # the synthetic stages alone
     done = subprocess.run([sys.executable, "-m", "tools.profile", "tiny", "-n", "small"], cwd=project,
-                          env={**environment, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+                          env={**environment, "PYTHONPATH": CHECKOUT_PATH}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "its results are in the DVC experiment small, not in the workspace" in done.stdout
     assert (project / "params.yaml").read_text() == params and not (project / "results").exists()
@@ -116,7 +116,8 @@ def test_a_profile_runs_apart_from_the_workspace_and_says_where_its_results_are(
     # dvc.lock (none here) is as it was.
     variant = subprocess.run([sys.executable, "-m", "tools.profile", "tiny", "-S",
                               "datasets.synthetic_pair.one_step.eta0=30", "-n", "variant"], cwd=project,
-                             env={**environment, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+                             env={**environment, "PYTHONPATH": CHECKOUT_PATH}, capture_output=True, text=True,
+                             timeout=600)
     assert variant.returncode == 0, variant.stdout + variant.stderr
     assert "starting from the experiment small" in variant.stdout
     ran = re.findall(r"Running stage '([^']+)'", variant.stdout)

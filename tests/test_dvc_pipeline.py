@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.helpers import ROOT, dvc, dvc_environment, run_dvc, stages_run, stages_stale
+from tests.helpers import CHECKOUT_PATH, dvc, dvc_environment, run_dvc, stages_run, stages_stale
 from toksel.runtime.io import write_json
 
 pytestmark = pytest.mark.slow
@@ -124,7 +124,7 @@ def test_repro_then_a_gradient_flow_edit_reruns_only_its_descendants(dvc_project
     lock.write_bytes(whole[: whole.index(b"hash:", len(whole) // 2) + len(b"hash:")])
     assert "validation failed" in run_dvc(dvc_project, "status").stderr
     healed = subprocess.run([sys.executable, "-m", "tools.heal_lock"], cwd=dvc_project, capture_output=True,
-                            text=True, env={**dvc_environment(), "PYTHONPATH": str(ROOT)})
+                            text=True, env={**dvc_environment(), "PYTHONPATH": CHECKOUT_PATH})
     assert healed.returncode == 0 and "dvc.lock was cut" in healed.stderr
     assert ran(dvc(dvc_project, "repro")) == ["report"]  # the stage whose record the copy lacked
     assert ran(dvc(dvc_project, "repro")) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers import ROOT, dvc, dvc_environment, stages_run
+from tests.helpers import CHECKOUT_PATH, ROOT, dvc, dvc_environment, stages_run
 
 pytestmark = pytest.mark.slow
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -35,7 +35,7 @@ def test_a_fresh_clone_with_one_value_changed_runs_only_the_stages_it_reaches(dv
     # the project's Makefile, its recipe as written, with the tests' environment in place of .venv
     done = subprocess.run(["make", "-f", str(ROOT / "Makefile"), "repro", "STAMP=",
                            f"BIN={Path(sys.executable).parent}", "REPRO_FLAGS=--pull --allow-missing"], cwd=clone,
-                          env={**dvc_environment(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+                          env={**dvc_environment(), "PYTHONPATH": CHECKOUT_PATH}, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(stages_run(done.stdout)) == ["calibrate", "check_params", "ledger", "margins", "publish", "report"]
     # what they read came from the remote (margins reads the one step's embeddings), computed nowhere here

@@ -19,6 +19,7 @@ import pytest
 
 from pipelines import gradient_flow, one_step, prepare, train
 from tests.helpers import (
+    CHECKOUT_PATH,
     ROOT,
     TIMING_METRICS,
     TINY,
@@ -178,8 +179,8 @@ def test_a_stage_whose_starter_is_killed_stops_and_never_writes_after_it(prepare
     starter = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys; stage = subprocess.Popen(sys.argv[1:]); "
          "print(stage.pid, flush=True); stage.wait()", sys.executable, "-m", "pipelines.gradient_flow", *LONG_FLOW],
-        cwd=prepared, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True)
+        cwd=prepared, env={**os.environ, "PYTHONPATH": CHECKOUT_PATH}, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True)
     stage = int(starter.stdout.readline())
     _wait_until(_computing(stage), starter)
     starter.kill()

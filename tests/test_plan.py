@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, dvc, dvc_environment, tiny_dvc_project
+from tests.helpers import CHECKOUT_PATH, ROOT, dvc, dvc_environment, tiny_dvc_project
 from tools.plan import always_run, describe, read_plan
 
 # What `dvc exp run --temp --keep-going` printed for a plan: one stage DVC would run (it said so and stopped), what
@@ -63,7 +63,7 @@ def test_the_plan_of_a_variant_names_exactly_the_stages_its_experiment_then_runs
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], cwd=project,
                    check=True)
     dvc(project, "repro")  # the cache and the run cache hold every stage
-    environment = {**dvc_environment(), "PYTHONPATH": str(ROOT)}
+    environment = {**dvc_environment(), "PYTHONPATH": CHECKOUT_PATH}
     setting = ["-S", "datasets.synthetic_pair.one_step.eta0=30"]
     planning = subprocess.run([sys.executable, "-m", "tools.plan", *setting], cwd=project, env=environment,
                               capture_output=True, text=True, timeout=900)

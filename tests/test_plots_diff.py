@@ -1,7 +1,6 @@
 """`make plots-diff` (tools/plots_diff.py): the plots whose data moved between two revisions, drawn on a page that
 needs no network; the unchanged ones named, not drawn."""
 
-import os
 import shutil
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers import ROOT, dvc, dvc_environment
+from tests.helpers import CHECKOUT_PATH, ROOT, dvc, dvc_environment
 from toksel.report.render_check import BROWSERS, find_chromium, headless
 from tools.plots_diff import SCRIPTS, VEGA, changed
 
@@ -53,7 +52,7 @@ def test_the_changed_plots_are_drawn_on_a_page_that_needs_no_network(dvc_project
     OmegaConf.save(params, dvc_project / "params.yaml")
     dvc(dvc_project, "repro", "evaluate@synthetic")
     done = subprocess.run([sys.executable, "-m", "tools.plots_diff"], cwd=dvc_project, capture_output=True, text=True,
-                          env={**dvc_environment(), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])})
+                          env={**dvc_environment(), "PYTHONPATH": CHECKOUT_PATH})
     if "could not be fetched" in done.stderr:
         pytest.skip(f"the npm registry did not answer: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import gradient_flow, prepare
-from tests.helpers import REFUSED, ROOT, TINY, free_port, http_stub, published_runs
+from tests.helpers import CHECKOUT_PATH, REFUSED, TINY, free_port, http_stub, published_runs
 from toksel import ui
 from toksel.report.render_check import BROWSERS, find_chromium, headless
 
@@ -42,7 +42,7 @@ def test_the_ui_shows_the_runs_table_and_a_metric_chart_and_the_check_can_fail(p
     pipeline = next(run for run in runs if run.data.tags.get("stage") == "pipeline")
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "toksel.ui", "--port", str(port)], cwd=prepared,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+                              env={**os.environ, "PYTHONPATH": CHECKOUT_PATH}, stdout=subprocess.PIPE, text=True)
     try:
         address = server.stdout.readline().split(": ", 2)[2].split(" (Ctrl-C")[0]
         for _ in range(120):
