@@ -34,7 +34,7 @@ repro: $(STAMP)
 	  || echo "make repro: dvc pull failed (above): the stages whose outputs it lacks run instead" >&2;; esac
 	@$(STOPPED) $(BIN)/dvc repro $(REPRO_FLAGS)
 
-# The whole DAG small (about 13 minutes on 2 cores): profiles/quick.yaml's values as a DVC experiment run in a copy of the project
+# The whole DAG small (about 12 minutes on 2 cores, 746 s as last measured): profiles/quick.yaml's values as a DVC experiment run in a copy of the project
 # (tools/profile.py; `dvc exp run --temp`), so the workspace's params.yaml and results stay as they were; the real
 # datasets from $TOKSEL_DATA_MIRROR or the Hub, else the synthetic ones only. It says where its results are.
 quick: $(STAMP)
